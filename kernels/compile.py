@@ -1,0 +1,105 @@
+"""Compile each kernel once per (kernel, dtypes, N, configuration, flags), in one
+visible cache.
+
+Kernels are compiled from *fake* tensors whose row count M (and row stride) is
+symbolic, so one compile serves every M, and the same call works on a machine with
+no GPU (set ``CUTE_DSL_ARCH=sm_90a``): that is how the tests and ``kernels.inspect``
+see the PTX and cubin. The compiled function takes torch tensors directly (TVM FFI)
+and launches on torch's current stream.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable
+
+import torch
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import BFloat16, Float16, Float32, Int32, Int64
+
+TORCH_TO_CUTE = {
+    torch.float32: Float32,
+    torch.bfloat16: BFloat16,
+    torch.float16: Float16,
+    torch.int64: Int64,
+    torch.int32: Int32,
+}
+CUTE_BY_NAME = {"fp32": Float32, "bf16": BFloat16, "fp16": Float16}
+NAME_BY_TORCH = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+TORCH_BY_NAME = {v: k for k, v in NAME_BY_TORCH.items()}
+
+_DUMP_DIR = os.path.join(tempfile.gettempdir(), "speed-of-light-cute")
+_OPTIONS = f"--enable-tvm-ffi --keep-ptx --keep-cubin --dump-dir={_DUMP_DIR}"
+
+
+@dataclass
+class Compiled:
+    """One compiled kernel: the callable, and what the compiler made of it."""
+
+    key: tuple
+    fn: Callable
+    seconds: float
+    ptx: str
+    cubin: bytes
+    calls: int = field(default=0)
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.fn(*args)
+
+
+_CACHE: dict[Hashable, Compiled] = {}
+_LOCK = threading.Lock()
+
+
+def cache() -> dict:
+    """The compile cache itself: key -> Compiled. Chapters print it."""
+    return _CACHE
+
+
+def compile_once(key: tuple, jit_fn: Callable, *fake_args) -> Compiled:
+    """Return the compiled kernel for ``key``, compiling ``jit_fn(*fake_args)`` the
+    first time only."""
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    with _LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+        os.makedirs(_DUMP_DIR, exist_ok=True)
+        t0 = time.perf_counter()
+        fn = cute.compile(jit_fn, *fake_args, options=_OPTIONS)
+        seconds = time.perf_counter() - t0
+        cubin = fn.__cubin__
+        if isinstance(cubin, str):
+            cubin = cubin.encode("latin-1")
+        compiled = Compiled(key, fn, seconds, fn.__ptx__ or "", cubin or b"")
+        _CACHE[key] = compiled
+        return compiled
+
+
+def fake_rows(dtype, n: int, vec: int):
+    """An (M, N) row-major tensor with M and the row stride symbolic; the stride and the
+    base pointer are promised to be multiples of ``vec`` elements (16 bytes at most)."""
+    m = cute.sym_int()
+    stride = cute.sym_int64(divisibility=vec)
+    return cute.runtime.make_fake_tensor(
+        dtype, (m, n), stride=(stride, 1), assumed_align=max(1, vec * dtype.width // 8)
+    )
+
+
+def fake_vector(dtype, n, align_elems: int = 1):
+    """A contiguous 1-D tensor of n (int or symbolic) elements."""
+    return cute.runtime.make_fake_compact_tensor(
+        dtype, (n,), assumed_align=max(1, align_elems * dtype.width // 8)
+    )
+
+
+def fake_stream():
+    return cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)

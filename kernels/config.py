@@ -1,0 +1,208 @@
+"""The one configuration table for every row kernel.
+
+A row kernel gives each row of an (M, N) tensor to ``threads_per_row`` threads of a
+block, or to a *cluster* of ``cluster_n`` blocks that share the row through
+distributed shared memory. How many threads, how many blocks and how wide each
+access is depends only on N, on the element width and on whether the kernel must
+keep the whole row on chip (RMSNorm, softmax) or may stream it (row sums,
+cross-entropy). All of that lives in the table below, as data:
+
+    >>> from kernels.config import row_config, print_table
+    >>> row_config(65536, 16, keep_row=True)
+    RowConfig(threads_per_row=256, threads_per_block=256, cluster_n=4, vec=8, vecs_per_thread=8, passes=1)
+
+Pass ``config=RowConfig(...)`` to any op to override the choice.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+#: Tiers of the reduction toolkit, lowest first.
+TIERS = ("thread", "warp", "block", "cluster")
+
+#: Hopper: at most 16 blocks in a (non-portable) cluster, 1024 threads per block.
+MAX_CLUSTER = 16
+MAX_THREADS = 1024
+#: The largest row any kernel here accepts.
+MAX_N = 262144
+
+# (largest N, threads per row, threads per block, cluster size). The first row whose
+# bound is >= N wins. Chosen so a thread holds at most 64 elements of a kept row in
+# registers (no spills, see tests/test_inspect.py) while each block keeps >= 8 KiB of
+# loads in flight.
+KEEP_ROW_TABLE = (
+    (1024, 32, 128, 1),
+    (4096, 128, 128, 1),
+    (8192, 256, 256, 1),
+    (16384, 256, 256, 1),
+    (32768, 256, 256, 2),
+    (65536, 256, 256, 4),
+    (131072, 256, 256, 8),
+    (262144, 256, 256, 16),
+)
+
+# Streaming kernels (a reduction that needs the row only once) loop over the row in
+# passes of ``STREAM_VECS`` 128-bit vectors per thread, so they need no cluster to keep
+# registers in check; a small cluster still splits very long rows so that there are
+# enough blocks to fill 132 SMs when M is small.
+STREAM_TABLE = (
+    (1024, 32, 128, 1),
+    (4096, 128, 128, 1),
+    (16384, 256, 256, 1),
+    (65536, 256, 256, 2),
+    (262144, 256, 256, 4),
+)
+#: Bytes each thread loads per pass when streaming (eight 128-bit loads in flight).
+STREAM_BYTES = 128
+#: A kept row may not give a thread more elements than this (255 registers in all).
+MAX_KEPT_ELEMS = 256
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    """How one row kernel maps a row onto threads.
+
+    threads_per_row:  threads that share one row inside a block (power of two)
+    threads_per_block: threads in a block (a multiple of 32 and of threads_per_row
+                       when threads_per_row < 32)
+    cluster_n:        blocks of a cluster that split one row (1 = no cluster)
+    vec:              elements per access (128 bits / element width at most)
+    vecs_per_thread:  accesses each thread holds per pass
+    passes:           times a block walks over its part of the row
+    """
+
+    threads_per_row: int
+    threads_per_block: int
+    cluster_n: int
+    vec: int
+    vecs_per_thread: int
+    passes: int = 1
+
+    @property
+    def rows_per_block(self) -> int:
+        return max(1, self.threads_per_block // self.threads_per_row)
+
+    @property
+    def warps_per_row(self) -> int:
+        return max(1, self.threads_per_row // 32)
+
+    @property
+    def cols_per_pass(self) -> int:
+        """Columns one block covers in one pass."""
+        return self.threads_per_row * self.vec * self.vecs_per_thread
+
+    @property
+    def cols_covered(self) -> int:
+        return self.cols_per_pass * self.passes * self.cluster_n
+
+    @property
+    def elems_per_thread(self) -> int:
+        return self.vec * self.vecs_per_thread
+
+    @property
+    def max_tier(self) -> str:
+        if self.cluster_n > 1:
+            return "cluster"
+        if self.warps_per_row > 1:
+            return "block"
+        if self.threads_per_row > 1:
+            return "warp"
+        return "thread"
+
+    def check(self, n: int) -> None:
+        """Raise ValueError if this configuration cannot cover a row of n elements."""
+        p = self.threads_per_row
+        if p < 1 or p & (p - 1) or p > MAX_THREADS:
+            raise ValueError(f"threads_per_row must be a power of two <= {MAX_THREADS}, got {p}")
+        if self.threads_per_block % 32 or self.threads_per_block > MAX_THREADS:
+            raise ValueError(f"threads_per_block must be a multiple of 32 <= {MAX_THREADS}")
+        if self.threads_per_block % min(p, self.threads_per_block) or p > self.threads_per_block:
+            raise ValueError("threads_per_row must divide threads_per_block")
+        if not 1 <= self.cluster_n <= MAX_CLUSTER or self.cluster_n & (self.cluster_n - 1):
+            raise ValueError(f"cluster_n must be a power of two <= {MAX_CLUSTER}")
+        if self.cluster_n > 1 and self.warps_per_row * self.cluster_n > 32 * 4:
+            raise ValueError("too many partials for one cluster exchange")
+        if self.cols_covered < n:
+            raise ValueError(f"{self} covers {self.cols_covered} < N = {n} columns")
+        if n % self.vec:
+            raise ValueError(f"vec={self.vec} must divide N={n}")
+
+
+def vector_width(n: int, elem_bits: int, row_stride: int | None = None, ptr_align: int = 16) -> int:
+    """Widest access (in elements, <= 128 bits) that divides N, the row stride and the
+    base pointer's alignment."""
+    v = 128 // elem_bits
+    while v > 1 and (n % v or (row_stride is not None and row_stride % v) or ptr_align % (v * elem_bits // 8)):
+        v //= 2
+    return v
+
+
+def _lookup(table, n):
+    for bound, tpr, tpb, cluster in table:
+        if n <= bound:
+            return tpr, tpb, cluster
+    raise ValueError(f"N = {n} is past the largest supported row ({MAX_N})")
+
+
+def _next_pow2(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+def row_config(
+    n: int,
+    elem_bits: int,
+    *,
+    keep_row: bool,
+    vec: int | None = None,
+    max_tier: str = "cluster",
+) -> RowConfig:
+    """Pick the configuration for a row of ``n`` elements of ``elem_bits`` bits.
+
+    keep_row: the kernel needs the row again after reducing it (RMSNorm, softmax), so
+              the whole row must fit in the registers of one block or cluster.
+    max_tier: the highest tier of the reduction the kernel may use ("thread", "warp",
+              "block" or "cluster"); capping it shows what each tier buys, at the
+              cost of more elements per thread (or more passes).
+    """
+    if not 1 <= n <= MAX_N:
+        raise ValueError(f"N must be in [1, {MAX_N}], got {n}")
+    if max_tier not in TIERS:
+        raise ValueError(f"max_tier must be one of {TIERS}, got {max_tier!r}")
+    vec = vec or vector_width(n, elem_bits)
+    nvec = n // vec
+    tpr, tpb, cluster = _lookup(KEEP_ROW_TABLE if keep_row else STREAM_TABLE, n)
+    cap = TIERS.index(max_tier)
+    if cap < 3 and cluster > 1:  # no cluster: one block takes the whole row
+        tpr = tpb = min(MAX_THREADS, tpr * cluster)
+        cluster = 1
+    if cap < 2:  # no block tier: one warp (or less) per row
+        tpr, tpb = min(tpr, 32), 128
+    if cap < 1:  # no warp tier: one thread per row
+        tpr = 1
+    # Small rows: no more threads than vectors.
+    tpr = min(tpr, _next_pow2(nvec))
+    if keep_row:
+        per_thread = math.ceil(nvec / (tpr * cluster))
+        if per_thread * vec > MAX_KEPT_ELEMS:
+            raise ValueError(
+                f"a row of {n} elements does not fit in registers with max_tier={max_tier!r} "
+                f"({per_thread * vec} elements per thread > {MAX_KEPT_ELEMS}); stream it instead")
+        return RowConfig(tpr, tpb, cluster, vec, per_thread, 1)
+    per_thread = min(max(1, STREAM_BYTES * 8 // (vec * elem_bits)), math.ceil(nvec / (tpr * cluster)))
+    passes = math.ceil(nvec / (tpr * cluster * per_thread))
+    return RowConfig(tpr, tpb, cluster, vec, per_thread, passes)
+
+
+def with_overrides(cfg: RowConfig, **kw) -> RowConfig:
+    return replace(cfg, **kw)
+
+
+def print_table(elem_bits: int = 16, keep_row: bool = True, ns=None) -> None:
+    """Print the configuration every N gets, as a reader would want to see it."""
+    ns = ns or [2**k for k in range(6, 19)]
+    print(f"{'N':>8} {'thr/row':>8} {'thr/blk':>8} {'cluster':>8} {'vec':>4} {'elems/thr':>10} {'passes':>7} {'tier':>8}")
+    for n in ns:
+        c = row_config(n, elem_bits, keep_row=keep_row)
+        print(f"{n:>8} {c.threads_per_row:>8} {c.threads_per_block:>8} {c.cluster_n:>8} {c.vec:>4}"
+              f" {c.elems_per_thread:>10} {c.passes:>7} {c.max_tier:>8}")

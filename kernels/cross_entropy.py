@@ -1,0 +1,104 @@
+"""Cross-entropy forward: loss[i] = logsumexp(logits[i]) - logits[i, target[i]].
+
+Bytes that must move: read the logits once (M * N), read the targets and write one
+fp32 per row. The logits are never needed again, so the kernel *streams* the row:
+each pass folds 128 bytes per thread into a running (max, sum of exp(x - max)) pair,
+and the toolkit merges the pairs across warp, block and cluster in one exchange.
+Accumulation is fp32 whatever the input dtype.
+
+Targets outside [0, N) that are not ``ignore_index`` give a NaN loss and raise a
+flag on the device; ``cross_entropy`` reads the flag after the launch (one 4-byte
+copy) and raises ``ValueError``. Pass ``check_target=False`` to skip that sync
+(e.g. under CUDA graphs): bad rows then stay NaN, never silent garbage.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
+
+from . import validate
+from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
+from .config import RowConfig, row_config, vector_width
+from .reduce import LOGSUMEXP
+from .rowkernel import RowKernel
+
+
+class CrossEntropy(RowKernel):
+    op = LOGSUMEXP
+    keep_row = False
+    writes_rows = False
+
+    @cute.jit
+    def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index):
+        row_max, denom = result
+        target = Int32(mT[row])
+        loss = Float32(0.0)
+        if target != ignore_index:
+            if target >= 0 and target < self.n:
+                lse = row_max + cute.math.log(denom, fastmath=False)
+                loss = lse - Float32(mX[row, target])
+            else:
+                loss = Float32(math.nan)
+                mErr[0] = Int32(1)
+        return loss
+
+
+def compile_cross_entropy(dtype: torch.dtype, n: int, target_dtype: torch.dtype = torch.int64, *,
+                          config: RowConfig | None = None, vec: int | None = None):
+    cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=False, vec=vec)
+    ct = TORCH_TO_CUTE[dtype]
+    key = ("cross_entropy", str(dtype), str(target_dtype), n, cfg)
+    m = cute.sym_int()
+    return compile_once(key, CrossEntropy(ct, n, cfg), fake_rows(ct, n, cfg.vec), fake_vector(Float32, m),
+                        None, fake_vector(TORCH_TO_CUTE[target_dtype], m), fake_vector(Int32, 1),
+                        Int32(-100), fake_stream())
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
+                  reduction: str = "mean", *, check_target: bool = True,
+                  config: RowConfig | None = None) -> torch.Tensor:
+    """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
+    ``F.cross_entropy`` (fp32 accumulation; output fp32 for "none", else a scalar)."""
+    validate.check_rows(logits, "logits")
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be 2-D (M, N), got shape {tuple(logits.shape)}")
+    if not isinstance(target, torch.Tensor):
+        raise TypeError("target must be a torch.Tensor")
+    if target.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"target must be int64 or int32, got {target.dtype}")
+    if target.shape != logits.shape[:1]:
+        raise ValueError(f"target must have shape ({logits.shape[0]},), got {tuple(target.shape)}")
+    validate.check_same_device(logits, target, "target")
+    if not -(2**31) <= ignore_index < 2**31:
+        raise ValueError("ignore_index must fit in int32")
+    m, n = logits.shape
+    loss = torch.empty(m, dtype=torch.float32, device=logits.device)
+    if m:
+        target_c = target.contiguous()
+        err = torch.zeros(1, dtype=torch.int32, device=logits.device)
+        bits = torch.finfo(logits.dtype).bits
+        vec = vector_width(n, bits, logits.stride(0), validate.ptr_align(logits))
+        kernel = compile_cross_entropy(logits.dtype, n, target.dtype, config=config, vec=vec)
+        kernel(logits, loss, None, target_c, err, Int32(ignore_index))
+        if check_target and err.item():
+            bad = target_c[((target_c < 0) | (target_c >= n)) & (target_c != ignore_index)]
+            raise ValueError(f"target values must be in [0, {n}) or ignore_index={ignore_index}; "
+                             f"got e.g. {bad[:4].tolist()}")
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / (target != ignore_index).sum().to(torch.float32)
+
+
+def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
+                            reduction: str = "mean") -> torch.Tensor:
+    return torch.nn.functional.cross_entropy(logits.double(), target.long(), ignore_index=ignore_index,
+                                             reduction=reduction)

@@ -1,0 +1,155 @@
+"""What the compiler made of a kernel, without a GPU.
+
+    python -m kernels.inspect softmax --dtype bf16 --n 65536
+    python -m kernels.inspect copy --dtype fp32 --bits 64 --ptx
+
+prints the global load and store widths, shuffles, shared and distributed-shared
+memory operations, barriers, registers per thread and local-memory (spill) bytes of
+the kernel that op would launch for rows of N elements. Chapters call
+:func:`inspect_op` to show the machine code behind each claim; tests assert on it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+
+OPS = ("copy", "reduce_sum", "reduce_max", "rmsnorm", "softmax", "cross_entropy")
+
+# PTX instruction families worth counting, by regex on the opcode.
+_FAMILIES = {
+    "global loads": r"ld\.global(\.nc)?(\.L1::\w+|\.L2::\w+)*\.(v[248]\.)?[bfsu]\d+",
+    "global stores": r"st\.global(\.L1::\w+)*\.(v[248]\.)?[bfsu]\d+",
+    "warp shuffles": r"shfl\.sync\.\w+\.b32",
+    "shared loads": r"ld\.shared(::cta)?\.(v[248]\.)?[bfsu]\d+",
+    "shared stores": r"st\.shared(::cta)?\.(v[248]\.)?[bfsu]\d+",
+    "cluster address maps": r"mapa(\.shared::cluster)?\.u\d+|mapa\.\w+",
+    "remote shared stores": r"st\.async\.shared::cluster[\w.:]*",
+    "remote shared loads": r"ld\.shared::cluster[\w.]*",
+    "block barriers": r"bar\.sync|barrier\.sync(\.aligned)?",
+    "cluster barriers": r"barrier\.cluster\.\w+(\.\w+)*",
+    "mbarrier ops": r"mbarrier\.[\w.:]+",
+    "local memory": r"(ld|st)\.local\.(v[248]\.)?[bfsu]\d+",
+}
+
+
+def access_bits(opcode: str) -> int:
+    """Width in bits of one ld/st: ``ld.global.v4.b32`` -> 128."""
+    m = re.search(r"\.(?:v(\d)\.)?[bfsu](\d+)$", opcode)
+    if not m:
+        return 0
+    return int(m.group(1) or 1) * int(m.group(2))
+
+
+@dataclass
+class Report:
+    op: str
+    dtype: str
+    n: int
+    config: object
+    registers: int
+    frame_bytes: int
+    compile_seconds: float
+    counts: dict = field(default_factory=dict)  # family -> Counter(opcode -> count in PTX)
+    ptx: str = ""
+
+    def widths(self, family: str) -> set:
+        return {access_bits(op) for op in self.counts.get(family, {})}
+
+    def has(self, family: str) -> bool:
+        return bool(self.counts.get(family))
+
+    def __str__(self) -> str:
+        lines = [f"{self.op}  dtype={self.dtype}  N={self.n}",
+                 f"  config: {self.config}",
+                 f"  registers/thread: {self.registers}   local memory (spill/stack) bytes/thread: {self.frame_bytes}",
+                 f"  compile time: {self.compile_seconds:.2f} s"]
+        for fam in _FAMILIES:
+            c = self.counts.get(fam)
+            if c:
+                ops = ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
+                lines.append(f"  {fam:<22} {ops}")
+        return "\n".join(lines)
+
+
+def _count(ptx: str) -> dict:
+    body = [ln.split("//")[0].strip() for ln in ptx.splitlines()]
+    out = {}
+    for fam, pat in _FAMILIES.items():
+        rx = re.compile(r"(?:^|\s|\})(" + pat + r")(?=\s|;|$)")
+        c = Counter()
+        for ln in body:
+            for m in rx.finditer(ln):
+                c[m.group(1)] += 1
+        if c:
+            out[fam] = dict(c)
+    return out
+
+
+def compile_op(op: str, dtype: str, n: int, **kw):
+    """Compile (or fetch from the cache) the kernel ``op`` launches for rows of n."""
+    from .compile import TORCH_BY_NAME
+    tdt = TORCH_BY_NAME[dtype]
+    if op == "copy":
+        from .copy import compile_copy
+        return compile_copy(tdt, kw.get("bits", 128), kw.get("coalesced", True), n)
+    if op in ("reduce_sum", "reduce_max"):
+        from .reduction import compile_reduce
+        return compile_reduce(tdt, n, op.split("_")[1], max_tier=kw.get("max_tier", "cluster"),
+                              stream=kw.get("stream", False), config=kw.get("config"))
+    if op == "rmsnorm":
+        from .rmsnorm import compile_rmsnorm
+        return compile_rmsnorm(tdt, n, config=kw.get("config"))
+    if op == "softmax":
+        from .softmax import compile_softmax
+        return compile_softmax(tdt, n, config=kw.get("config"))
+    if op == "cross_entropy":
+        from .cross_entropy import compile_cross_entropy
+        return compile_cross_entropy(tdt, n, config=kw.get("config"))
+    raise ValueError(f"op must be one of {OPS}, got {op!r}")
+
+
+def inspect_op(op: str, dtype: str = "bf16", n: int = 4096, **kw) -> Report:
+    """Compile ``op`` for rows of n elements and report what the compiler made."""
+    from .cubin import kernel_resources
+    c = compile_op(op, dtype, n, **kw)
+    res = kernel_resources(c.cubin)
+    regs = max(r.registers for r in res)
+    frame = max(r.frame_bytes for r in res)
+    cfg = c.key[-2] if op != "copy" and len(c.key) > 2 else None
+    for part in c.key:
+        if type(part).__name__ == "RowConfig":
+            cfg = part
+    return Report(op, dtype, n, cfg, regs, frame, c.seconds, _count(c.ptx), c.ptx)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kernels.inspect", description=__doc__.split("\n\n")[0])
+    p.add_argument("op", choices=OPS)
+    p.add_argument("--dtype", default="bf16", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--n", type=int, default=4096, help="row length N (copy: row width of the 2-D view)")
+    p.add_argument("--arch", default=None, help="target, e.g. sm_90a (default: the GPU's, or sm_90a without one)")
+    p.add_argument("--ptx", action="store_true", help="print the PTX too")
+    p.add_argument("--max-tier", default="cluster", choices=("thread", "warp", "block", "cluster"))
+    p.add_argument("--stream", action="store_true", help="row reductions: fold the row pass by pass")
+    p.add_argument("--bits", type=int, default=128, help="copy: bits per access")
+    p.add_argument("--strided", action="store_true", help="copy: uncoalesced thread order")
+    a = p.parse_args(argv)
+    if a.arch:
+        os.environ["CUTE_DSL_ARCH"] = a.arch
+    else:
+        import torch
+        if not torch.cuda.is_available():
+            os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    rep = inspect_op(a.op, a.dtype, a.n, max_tier=a.max_tier, stream=a.stream, bits=a.bits, coalesced=not a.strided)
+    print(rep)
+    if a.ptx:
+        print(rep.ptx)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

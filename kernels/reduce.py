@@ -1,0 +1,201 @@
+"""The reduction toolkit: one mechanism for every row kernel in this package.
+
+A row of N elements is spread over the registers of many threads. We reduce it
+where the data already is and climb the memory hierarchy only with what is left:
+
+    tier     who combines                  through                       PTX
+    thread   one thread's own registers    nothing (TensorSSA.reduce)    add/max
+    warp     the 32 lanes of a warp        butterfly shuffles            shfl.sync.bfly
+    block    the warps of a block          a shared-memory buffer        st.shared, bar.sync
+    cluster  the blocks of a cluster       every peer's shared memory    mapa, st.async, mbarrier
+
+What is reduced is a tuple of fp32 values combined by a :class:`Combine`, an
+associative operation with an identity. Sum and max are one-element tuples;
+softmax and cross-entropy reduce the pair (running max, sum of exp(x - max)) in one
+pass, so one exchange per tier serves them all.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, const_expr
+
+WARP_SIZE = 32
+LOG2_E = math.log2(math.e)
+_FLT_LOWEST = -3.4028234663852886e38
+
+
+@dataclass(frozen=True)
+class Combine:
+    """An associative combine of fp32 tuples, with its identity and the thread-level
+    reduction that folds a vector of values into one such tuple."""
+
+    name: str
+    identity: Tuple[float, ...]
+    combine: Callable  # (tuple, tuple) -> tuple, traced inside kernels
+    fold: Callable  # (TensorSSA of fp32) -> tuple: the thread tier
+    pad: float  # value of an element outside the row, neutral for ``fold``
+
+    @property
+    def width(self) -> int:
+        return len(self.identity)
+
+
+def _sum_fold(x):
+    return (x.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0),)
+
+
+def _max_fold(x):
+    return (x.reduce(cute.ReductionOp.MAX, init_val=-math.inf, reduction_profile=0),)
+
+
+def _sumsq_fold(x):
+    return ((x * x).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0),)
+
+
+def _online_combine(a, b):
+    """Merge two (max, sum of exp(x - max)) pairs. A max of -inf (nothing seen yet)
+    is clamped so that -inf - -inf never makes a NaN."""
+    m = cute.arch.fmax(a[0], b[0])
+    m_safe = cute.arch.fmax(m, Float32(_FLT_LOWEST))
+    sa = a[1] * cute.math.exp2((a[0] - m_safe) * LOG2_E, fastmath=True)
+    sb = b[1] * cute.math.exp2((b[0] - m_safe) * LOG2_E, fastmath=True)
+    return (m, sa + sb)
+
+
+def _online_fold(x):
+    m = x.reduce(cute.ReductionOp.MAX, init_val=-math.inf, reduction_profile=0)
+    m_safe = cute.arch.fmax(m, Float32(_FLT_LOWEST))
+    e = cute.math.exp2(x * LOG2_E - m_safe * LOG2_E, fastmath=True)
+    return (m, e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
+
+
+SUM = Combine("sum", (0.0,), lambda a, b: (a[0] + b[0],), _sum_fold, 0.0)
+SUMSQ = Combine("sumsq", (0.0,), lambda a, b: (a[0] + b[0],), _sumsq_fold, 0.0)
+MAX = Combine("max", (-math.inf,), lambda a, b: (cute.arch.fmax(a[0], b[0]),), _max_fold, -math.inf)
+LOGSUMEXP = Combine("logsumexp", (-math.inf, 0.0), _online_combine, _online_fold, -math.inf)
+
+COMBINES = {c.name: c for c in (SUM, SUMSQ, MAX, LOGSUMEXP)}
+
+
+def thread_reduce(x: cute.TensorSSA, op: Combine):
+    """Thread tier: fold this thread's registers into one tuple (no communication)."""
+    return op.fold(x)
+
+
+def warp_reduce(vals, op: Combine, group: int = WARP_SIZE):
+    """Warp tier: butterfly over aligned groups of ``group`` lanes (a power of two
+    <= 32). After log2(group) xor-shuffles every lane holds the group's result."""
+    offset = group // 2
+    while offset > 0:
+        others = tuple(cute.arch.shuffle_sync_bfly(v, offset=offset) for v in vals)
+        vals = op.combine(vals, others)
+        offset //= 2
+    return vals
+
+
+def _read_slots(buf: cute.Tensor, row, n_slots: int, op: Combine):
+    """Fold the ``n_slots`` partials (a power of two) of ``buf[row, :, :]`` so that every
+    lane of the warp ends with the result: with fewer slots than lanes, each aligned
+    group of ``n_slots`` lanes reads all of them and reduces among itself; with more,
+    each lane folds every 32nd slot first."""
+    lane = cute.arch.lane_idx()
+    if n_slots <= WARP_SIZE:
+        vals = tuple(buf[row, lane % n_slots, k] for k in range(op.width))
+        return warp_reduce(vals, op, n_slots)
+    vals = tuple(buf[row, lane, k] for k in range(op.width))
+    for i in range(1, n_slots // WARP_SIZE):
+        vals = op.combine(vals, tuple(buf[row, lane + i * WARP_SIZE, k] for k in range(op.width)))
+    return warp_reduce(vals, op, WARP_SIZE)
+
+
+@cute.jit
+def block_reduce(vals, op: cutlass.Constexpr, buf: cute.Tensor, warps_per_row: cutlass.Constexpr[int]):
+    """Block tier: lane 0 of each warp parks its warp's result in shared memory
+    ``buf[row_in_block, warp_in_row, k]``; after one barrier each warp folds the
+    ``warps_per_row`` partials of its row."""
+    warp = cute.arch.warp_idx()
+    row, col = warp // warps_per_row, warp % warps_per_row
+    if cute.arch.lane_idx() == 0:
+        for k in cutlass.range_constexpr(op.width):
+            buf[row, col, k] = vals[k]
+    cute.arch.barrier()
+    return _read_slots(buf, row, warps_per_row, op)
+
+
+@cute.jit
+def cluster_reduce_setup(mbar: cute.Pointer):
+    """Before any block of the cluster may write into a peer: each block arms its
+    own mbarrier (one arrival: the local expect_tx), fences the init so the async
+    proxy sees it, and signals the cluster barrier. ``cluster_wait`` comes later,
+    as late as possible, so the wait hides behind the loads."""
+    if cute.arch.thread_idx()[0] == 0:
+        cute.arch.mbarrier_init(mbar, 1)
+    cute.arch.mbarrier_init_fence()
+    cute.arch.cluster_arrive_relaxed()
+
+
+@cute.jit
+def cluster_reduce(
+    vals,
+    op: cutlass.Constexpr,
+    buf: cute.Tensor,
+    mbar: cute.Pointer,
+    warps_per_row: cutlass.Constexpr[int],
+    cluster_n: cutlass.Constexpr[int],
+    slot_width: cutlass.Constexpr[int],
+):
+    """Cluster tier: every warp sends its partial to slot
+    ``rank * warps_per_row + warp_in_row`` of ``buf[row]`` in *every* block of the
+    cluster with ``st.async`` (lane i writes to peer i). Each store adds its bytes to
+    the receiving block's mbarrier transaction count; a block waits until all
+    ``warps_per_row * cluster_n`` partials of each of its rows have landed, then
+    folds them locally. One exchange, no second round trip."""
+    warp = cute.arch.warp_idx()
+    lane = cute.arch.lane_idx()
+    rows_per_block = cute.size(buf, mode=[0])
+    row, col = warp // warps_per_row, warp % warps_per_row
+    rank = cute.arch.block_idx_in_cluster()
+    if warp == 0:
+        with cute.arch.elect_one():
+            n_bytes = rows_per_block * warps_per_row * cluster_n * slot_width * 4
+            cute.arch.mbarrier_arrive_and_expect_tx(mbar, n_bytes)
+    if lane < cluster_n:
+        words = [vals[k].bitcast(Int32) for k in range(op.width)]
+        words += [Int32(0)] * (slot_width - op.width)
+        dst = buf.iterator + cute.crd2idx((row, rank * warps_per_row + col, 0), buf.layout)
+        cute.arch.store_async_dsmem(dst, words[0] if slot_width == 1 else tuple(words), mbar, lane)
+    cute.arch.mbarrier_wait(mbar, 0)
+    return _read_slots(buf, row, warps_per_row * cluster_n, op)
+
+
+def slot_width(op: Combine) -> int:
+    """st.async moves 1, 2 or 4 words: pad the tuple to the next of those."""
+    return {1: 1, 2: 2, 3: 4, 4: 4}[op.width]
+
+
+@cute.jit
+def row_reduce(
+    vals,
+    op: cutlass.Constexpr,
+    threads_per_row: cutlass.Constexpr[int],
+    cluster_n: cutlass.Constexpr[int],
+    buf,
+    mbar,
+):
+    """Climb the tiers above the thread: warp, then block or cluster, using only
+    those the configuration needs. ``vals`` is this thread's folded tuple; every
+    thread of the row gets the row's result."""
+    vals = warp_reduce(vals, op, min(threads_per_row, WARP_SIZE))
+    warps_per_row = const_expr(max(1, threads_per_row // WARP_SIZE))
+    if const_expr(cluster_n > 1):
+        cute.arch.cluster_wait()
+        vals = cluster_reduce(vals, op, buf, mbar, warps_per_row, cluster_n, slot_width(op))
+    elif const_expr(warps_per_row > 1):
+        vals = block_reduce(vals, op, buf, warps_per_row)
+    return vals

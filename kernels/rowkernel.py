@@ -1,0 +1,175 @@
+"""One row-kernel template for every op in this package.
+
+Each block (or cluster of blocks) owns ``rows_per_block`` rows. For each row it
+
+1. loads its part of the row once, with 128-bit loads, straight into registers
+   (predicated on N and M, out-of-row elements set to the op's neutral value);
+2. folds its registers (thread tier), then climbs warp, block or cluster tiers
+   with what is left (``kernels.reduce``);
+3. runs the op's epilogue: write a row back (RMSNorm, softmax), or one number per
+   row (row reductions, cross-entropy).
+
+An op supplies only what differs: the :class:`~kernels.reduce.Combine` to reduce
+with, whether it needs the row again (``keep_row``), and its epilogue.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, const_expr
+
+from .config import RowConfig
+from .reduce import Combine, cluster_reduce_setup, row_reduce, slot_width
+
+
+def make_row_copy(dtype, cfg: RowConfig, coalesced: bool = True) -> cute.TiledCopy:
+    """The thread-value layout of a row tile: threads ``(rows_per_block, threads_per_row)``
+    row-major, each owning ``vec`` consecutive elements per access, so that a warp's
+    32 accesses are 32 neighbouring pieces of one row (coalesced).
+
+    ``coalesced=False`` numbers the threads column-major instead: neighbouring lanes
+    then sit in different rows, a whole row apart, and each warp-wide access touches
+    32 separate memory segments (the anti-pattern chapter 2 measures)."""
+    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=cfg.vec * dtype.width)
+    order = (1, 0) if coalesced else (0, 1)
+    thr_layout = cute.make_ordered_layout((cfg.rows_per_block, cfg.threads_per_row), order=order)
+    val_layout = cute.make_layout((1, cfg.vec))
+    return cute.make_tiled_copy_tv(atom, thr_layout, val_layout)
+
+
+@cute.jit
+def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tensor:
+    """One flag per 128-bit access: does it start inside the row? (N is a multiple of
+    the vector width, so an access is either wholly in or wholly out.)"""
+    tXpX = cute.make_rmem_tensor(
+        cute.make_layout(
+            (cute.size(tXcX, mode=[0, 1]), cute.size(tXcX, mode=[1]), cute.size(tXcX, mode=[2])),
+            stride=(cute.size(tXcX, mode=[2]), 0, 1),
+        ),
+        cutlass.Boolean,
+    )
+    for v in cutlass.range_constexpr(tXpX.shape[0]):
+        for k in cutlass.range_constexpr(tXpX.shape[2]):
+            tXpX[v, 0, k] = cute.elem_less(tXcX[(0, v), 0, k][1], n)
+    return tXpX
+
+
+class RowKernel:
+    """Template of a row kernel. Subclasses set ``op`` and ``keep_row`` and override
+    ``row_epilogue`` (returns the output row) or ``scalar_epilogue`` (one fp32 per row).
+    """
+
+    op: Combine
+    keep_row: bool = True
+    writes_rows: bool = True  # False: one fp32 per row
+
+    def __init__(self, dtype, n: int, cfg: RowConfig):
+        cfg.check(n)
+        self.dtype, self.n, self.cfg = dtype, n, cfg
+
+    # ---- hooks -------------------------------------------------------------------
+    def transform(self, x):
+        """Elementwise map before folding (fp32 in, fp32 out)."""
+        return x
+
+    def row_epilogue(self, x, result, w, scalar):
+        raise NotImplementedError
+
+    def scalar_epilogue(self, result, row, mX, mT, mErr, scalar):
+        raise NotImplementedError
+
+    # ---- host side ---------------------------------------------------------------
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mO: cute.Tensor, mW: Optional[cute.Tensor],
+                 mT: Optional[cute.Tensor], mErr: Optional[cute.Tensor], scalar, stream):
+        cfg = self.cfg
+        tiled_copy = make_row_copy(mX.element_type, cfg)
+        tiler_mn = (cfg.rows_per_block, cfg.cols_per_pass)
+        self.kernel(mX, mO, mW, mT, mErr, scalar, tiled_copy, tiler_mn).launch(
+            grid=[cute.ceil_div(mX.shape[0], cfg.rows_per_block), cfg.cluster_n, 1],
+            block=[cfg.threads_per_block, 1, 1],
+            cluster=[1, cfg.cluster_n, 1] if const_expr(cfg.cluster_n > 1) else None,
+            stream=stream,
+        )
+
+    # ---- device side -------------------------------------------------------------
+    @cute.kernel
+    def kernel(self, mX: cute.Tensor, mO: cute.Tensor, mW: Optional[cute.Tensor],
+               mT: Optional[cute.Tensor], mErr: Optional[cute.Tensor], scalar,
+               tiled_copy: cute.TiledCopy, tiler_mn: cute.Shape):
+        cfg, op, n = self.cfg, self.op, self.n
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, rank, _ = cute.arch.block_idx()
+        if const_expr(cfg.cluster_n == 1):
+            rank = 0
+        m = mX.shape[0]
+
+        # Partials of the block / cluster tiers live in shared memory.
+        smem = cutlass.utils.SmemAllocator()
+        warps_per_row = cfg.warps_per_row
+        buf, mbar = None, None
+        if const_expr(cfg.cluster_n > 1 or warps_per_row > 1):
+            buf = smem.allocate_tensor(
+                Float32,
+                cute.make_ordered_layout(
+                    (cfg.rows_per_block, warps_per_row * cfg.cluster_n, slot_width(op)), order=(2, 1, 0)),
+                byte_alignment=16,
+            )
+        if const_expr(cfg.cluster_n > 1):
+            mbar = smem.allocate_array(Int64, num_elems=1)
+            cluster_reduce_setup(mbar)
+
+        gX = cute.local_tile(mX, tiler_mn, (bidx, None))
+        cX = cute.local_tile(cute.make_identity_tensor(mX.shape), tiler_mn, (bidx, None))
+        thr = tiled_copy.get_slice(tidx)
+        even_n = const_expr(n == cfg.cols_covered)
+        load = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
+                                   num_bits_per_copy=cfg.vec * mX.element_type.width)
+
+        # 1. load (and fold) the row, pass by pass
+        state = tuple(Float32(v) for v in op.identity)
+        x = None
+        tXcX = None
+        tXpX = None
+        tile = rank
+        for p in cutlass.range_constexpr(cfg.passes):
+            tile = p * cfg.cluster_n + rank
+            tXgX = thr.partition_S(gX[None, None, tile])
+            tXcX = thr.partition_S(cX[None, None, tile])
+            tXrX = cute.make_rmem_tensor_like(tXgX)
+            tXpX = None if const_expr(even_n) else column_predicate(tXcX, n)
+            if const_expr(not even_n):
+                tXrX.fill(op.pad)
+            if tXcX[0][0] < m:
+                cute.copy(load, tXgX, tXrX, pred=tXpX)
+            x = self.transform(tXrX.load().to(Float32))
+            state = op.combine(state, op.fold(x))
+
+        # The weight (a row broadcast over M) is loaded before the reduction so its
+        # latency hides behind the exchange.
+        w = None
+        if const_expr(mW is not None):
+            mW2 = cute.make_tensor(mW.iterator, cute.make_layout(mX.shape, stride=(0, 1)))
+            tXgW = thr.partition_S(cute.local_tile(mW2, tiler_mn, (bidx, None))[None, None, tile])
+            tXrW = cute.make_rmem_tensor_like(tXgW)
+            cute.copy(load, tXgW, tXrW, pred=tXpX)
+            w = tXrW.load().to(Float32)
+
+        # 2. the tiers above the thread
+        result = row_reduce(state, op, cfg.threads_per_row, cfg.cluster_n, buf, mbar)
+
+        # 3. epilogue
+        if const_expr(self.writes_rows):
+            y = self.row_epilogue(x, result, w, scalar)
+            tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
+            tXrO = cute.make_rmem_tensor_like(tXgO)
+            tXrO.store(y.to(mO.element_type))
+            if tXcX[0][0] < m:
+                cute.copy(load, tXrO, tXgO, pred=tXpX)
+        else:
+            row = bidx * cfg.rows_per_block + tidx // cfg.threads_per_row
+            if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
+                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar)

@@ -189,7 +189,9 @@ def row_config(
                 f"a row of {n} elements does not fit in registers with max_tier={max_tier!r} "
                 f"({per_thread * vec} elements per thread > {MAX_KEPT_ELEMS}); stream it instead")
         return RowConfig(tpr, tpb, cluster, vec, per_thread, 1)
-    per_thread = min(max(1, STREAM_BYTES * 8 // (vec * elem_bits)), math.ceil(nvec / (tpr * cluster)))
+    # 1024-thread blocks get 64 registers a thread: half the bytes in flight each.
+    stream_bytes = STREAM_BYTES if tpb <= 512 else STREAM_BYTES // 2
+    per_thread = min(max(1, stream_bytes * 8 // (vec * elem_bits)), math.ceil(nvec / (tpr * cluster)))
     passes = math.ceil(nvec / (tpr * cluster * per_thread))
     return RowConfig(tpr, tpb, cluster, vec, per_thread, passes)
 

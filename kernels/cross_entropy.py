@@ -64,7 +64,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
                   config: RowConfig | None = None) -> torch.Tensor:
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
     ``F.cross_entropy`` (fp32 accumulation; output fp32 for "none", else a scalar)."""
-    validate.check_rows(logits, "logits")
+    validate.check_rows(logits, "logits", cuda=False)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if logits.dim() != 2:
@@ -75,6 +75,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         raise TypeError(f"target must be int64 or int32, got {target.dtype}")
     if target.shape != logits.shape[:1]:
         raise ValueError(f"target must have shape ({logits.shape[0]},), got {tuple(target.shape)}")
+    validate.check_cuda(logits, "logits")
     validate.check_same_device(logits, target, "target")
     if not -(2**31) <= ignore_index < 2**31:
         raise ValueError("ignore_index must fit in int32")

@@ -17,6 +17,7 @@ import torch
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 from cutlass import Float32, Int32, const_expr
 
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
@@ -93,7 +94,7 @@ class SmemProbe:
     @cute.kernel
     def kernel(self, mOut: cute.Tensor, sentinel: Float32):
         tidx, _, _ = cute.arch.thread_idx()
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         vecs = self.words // 4
         sX = smem.allocate_tensor(Float32, cute.make_layout((4, vecs)), byte_alignment=16)
         for i in cutlass.range_constexpr(vecs // THREADS):
@@ -132,7 +133,7 @@ class Chase:
         tidx, _, _ = cute.arch.thread_idx()
         chain = mNext
         if const_expr(self.in_smem):
-            smem = cutlass.utils.SmemAllocator()
+            smem = cutlass.memory.SmemAllocator()
             sNext = smem.allocate_tensor(Int32, cute.make_layout(self.smem_len), byte_alignment=16)
             for i in cutlass.range(cute.ceil_div(self.smem_len, 32)):
                 j = tidx + i * 32

@@ -44,7 +44,7 @@ def compile_rmsnorm(dtype: torch.dtype, n: int, has_weight: bool = True, *, conf
 def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor, eps: float = 1e-6,
                 config: RowConfig | None = None) -> torch.Tensor:
     """Validate, then write rmsnorm(x) into ``out`` (same shape and dtype as x)."""
-    validate.check_rows(x)
+    validate.check_rows(x, cuda=False)
     n = x.shape[-1]
     if weight is not None:
         if not isinstance(weight, torch.Tensor) or weight.shape != (n,):
@@ -56,6 +56,7 @@ def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor,
             raise ValueError("weight must be contiguous")
     if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
         raise ValueError("out must have x's shape, dtype and device")
+    validate.check_cuda(x, "x")
     rows, orows = validate.as_rows(x), validate.as_rows(out, "out")
     if rows.shape[0] == 0:
         return out
@@ -72,7 +73,7 @@ def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor,
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, *,
             config: RowConfig | None = None) -> torch.Tensor:
     """RMSNorm over the last dim of x (fp32, bf16 or fp16; any leading shape)."""
-    validate.check_rows(x)
+    validate.check_rows(x, cuda=False)
     return rmsnorm_out(x, weight, torch.empty_like(x, memory_format=torch.contiguous_format), eps, config)
 
 

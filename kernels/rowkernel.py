@@ -19,6 +19,7 @@ from typing import Optional
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 from cutlass import Float32, Int32, Int64, const_expr
 
 from .config import RowConfig
@@ -51,8 +52,8 @@ def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tenso
         ),
         cutlass.Boolean,
     )
-    for v in cutlass.range_constexpr(tXpX.shape[0]):
-        for k in cutlass.range_constexpr(tXpX.shape[2]):
+    for v in cutlass.range(tXpX.shape[0], unroll_full=True):
+        for k in cutlass.range(tXpX.shape[2], unroll_full=True):
             tXpX[v, 0, k] = cute.elem_less(tXcX[(0, v), 0, k][1], n)
     return tXpX
 
@@ -108,7 +109,7 @@ class RowKernel:
         m = mX.shape[0]
 
         # Partials of the block / cluster tiers live in shared memory.
-        smem = cutlass.utils.SmemAllocator()
+        smem = cutlass.memory.SmemAllocator()
         warps_per_row = cfg.warps_per_row
         buf, mbar = None, None
         if const_expr(cfg.cluster_n > 1 or warps_per_row > 1):
@@ -129,24 +130,30 @@ class RowKernel:
         load = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
                                    num_bits_per_copy=cfg.vec * mX.element_type.width)
 
-        # 1. load (and fold) the row, pass by pass
-        state = tuple(Float32(v) for v in op.identity)
-        x = None
-        tXcX = None
-        tXpX = None
+        # 1. load the row into registers and fold it (thread tier). A kept row is one
+        # pass; a streamed row loops over passes, carrying only the folded tuple.
         tile = rank
-        for p in cutlass.range_constexpr(cfg.passes):
-            tile = p * cfg.cluster_n + rank
-            tXgX = thr.partition_S(gX[None, None, tile])
-            tXcX = thr.partition_S(cX[None, None, tile])
-            tXrX = cute.make_rmem_tensor_like(tXgX)
-            tXpX = None if const_expr(even_n) else column_predicate(tXcX, n)
+        tXgX = thr.partition_S(gX[None, None, tile])
+        tXcX = thr.partition_S(cX[None, None, tile])
+        tXpX = None if const_expr(even_n) else column_predicate(tXcX, n)
+        tXrX = cute.make_rmem_tensor_like(tXgX)
+        if const_expr(not even_n):
+            tXrX.fill(op.pad)
+        if tXcX[0][0] < m:
+            cute.copy(load, tXgX, tXrX, pred=tXpX)
+        x = self.transform(tXrX.load().to(Float32))
+        state = op.fold(x)
+        for p in cutlass.range(1, cfg.passes, unroll=2):
+            tile_p = p * cfg.cluster_n + rank
+            tXgX_p = thr.partition_S(gX[None, None, tile_p])
+            tXcX_p = thr.partition_S(cX[None, None, tile_p])
+            tXpX_p = None if const_expr(even_n) else column_predicate(tXcX_p, n)
+            tXrX_p = cute.make_rmem_tensor_like(tXgX_p)
             if const_expr(not even_n):
-                tXrX.fill(op.pad)
-            if tXcX[0][0] < m:
-                cute.copy(load, tXgX, tXrX, pred=tXpX)
-            x = self.transform(tXrX.load().to(Float32))
-            state = op.combine(state, op.fold(x))
+                tXrX_p.fill(op.pad)
+            if tXcX_p[0][0] < m:
+                cute.copy(load, tXgX_p, tXrX_p, pred=tXpX_p)
+            state = op.combine(state, op.fold(self.transform(tXrX_p.load().to(Float32))))
 
         # The weight (a row broadcast over M) is loaded before the reduction so its
         # latency hides behind the exchange.

@@ -54,7 +54,7 @@ def softmax_out(x: torch.Tensor, out: torch.Tensor, config: RowConfig | None = N
 
 def softmax(x: torch.Tensor, dim: int = -1, *, config: RowConfig | None = None) -> torch.Tensor:
     """Softmax of x along ``dim`` (only the last dim is supported)."""
-    validate.check_rows(x)
+    validate.check_rows(x, cuda=False)
     if dim not in (-1, x.dim() - 1):
         raise ValueError(f"softmax supports only the last dim (dim=-1), got dim={dim}")
     return softmax_out(x, torch.empty_like(x, memory_format=torch.contiguous_format), config)

@@ -8,12 +8,11 @@ from .config import MAX_N
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def check_rows(x: torch.Tensor, name: str = "x") -> None:
-    """x must be a CUDA float tensor of rank >= 1 whose last dim is contiguous and at most MAX_N."""
+def check_rows(x: torch.Tensor, name: str = "x", cuda: bool = True) -> None:
+    """x must be a CUDA float tensor of rank >= 1 whose last dim is contiguous and at most
+    MAX_N. Device last, so the other checks also run (and are tested) without a GPU."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_cuda:
-        raise ValueError(f"{name} must be on a CUDA device, got device {x.device}")
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} must be float32, bfloat16 or float16, got {x.dtype}")
     if x.dim() < 1:
@@ -25,6 +24,13 @@ def check_rows(x: torch.Tensor, name: str = "x") -> None:
         raise ValueError(f"{name}'s last dimension N = {n} is past the supported maximum {MAX_N}")
     if x.stride(-1) != 1 and n > 1:
         raise ValueError(f"{name}'s last dimension must be contiguous (stride 1), got stride {x.stride(-1)}")
+    if cuda:
+        check_cuda(x, name)
+
+
+def check_cuda(x: torch.Tensor, name: str) -> None:
+    if not x.is_cuda:
+        raise ValueError(f"{name} must be on a CUDA device, got device {x.device}")
 
 
 def as_rows(x: torch.Tensor, name: str = "x") -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""Benchmarks, run on the GPU: ``python -m benchmarks.run SUITE [SUITE ...]``."""

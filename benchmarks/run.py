@@ -1,0 +1,215 @@
+"""Run benchmark suites on the GPU and write book/data/<suite>.csv + .json.
+
+    python -m benchmarks.run copy reduction rmsnorm softmax cross_entropy hierarchy
+    python -m benchmarks.run rmsnorm --quick        # fewer points, for a smoke test
+    python -m benchmarks.run rmsnorm --out /tmp/x   # write elsewhere
+
+Every suite measures its ceilings (copy and read-only) in the same run. Peers
+(torch eager, torch.compile(dynamic=False), Liger, QuACK) are imported here only.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import torch
+
+from . import harness as H
+from .bytes import bytes_moved
+from .peers import peer_impls
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+OP_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
+TOTAL = 1 << 28  # M * N
+
+
+def _m_for(n: int) -> int:
+    return max(1, TOTAL // n)
+
+
+def suite_copy(args, ceil):
+    import kernels
+    from kernels.copy import copy_
+    rows = []
+    for name, dt in DTYPES.items():
+        numel = H.GIB // torch.finfo(dt).bits * 8
+        src = torch.randn(numel, device="cuda").to(dt)
+        dst = torch.empty_like(src)
+        nbytes = 2 * numel * src.element_size()
+        rows.append(H.row("copy", "torch", name, 1, numel, nbytes, H.time_ms(lambda: dst.copy_(src)),
+                          ceil["copy"], variant="torch copy_"))
+        for bits in (16, 32, 64, 128):
+            if bits < torch.finfo(dt).bits:
+                continue
+            for coalesced in (True, False):
+                fn = lambda: copy_(dst, src, bits=bits, coalesced=coalesced)
+                fn()
+                assert torch.equal(dst, src), "copy kernel wrote wrong data"
+                dst.fill_(0)
+                impl = "ours" if bits == 128 and coalesced else "ours-variant"
+                rows.append(H.row("copy", impl, name, 1, numel, nbytes, H.time_ms(fn), ceil["copy"],
+                                  variant=f"{bits}-bit{'' if coalesced else ' strided'}", bits=bits,
+                                  coalesced=coalesced))
+                print(rows[-1], flush=True)
+        del src, dst
+    return rows
+
+
+def suite_hierarchy(args, ceil):
+    from kernels.hierarchy import compile_chase, compile_smem_probe, make_chain, read_probe, PROBE_WIDTH
+    rows = []
+    rows.append(H.row("hbm", "torch", "fp32", 1, 0, 1, 1, ceil["copy"], variant="copy bandwidth (read+write)",
+                      tb_per_s_override=ceil["copy"]))
+    rows.append(H.row("hbm", "ours", "fp32", 1, 0, 1, 1, ceil["read"], variant="read bandwidth",
+                      tb_per_s_override=ceil["read"]))
+    # L2: a 16 MiB buffer read over and over stays in the 50 MB L2.
+    x = torch.randn(16 << 18, device="cuda")
+    out = torch.zeros(1, device="cuda")
+    ms = H.time_ms(lambda: read_probe(x, out), warmup=20, rep=200)
+    rows.append(H.row("l2", "ours", "fp32", 1, x.numel(), x.numel() * 4, ms, ceil["read"], variant="read bandwidth"))
+    # Shared memory: 8 blocks per SM each read 32 KiB of their own buffer 4096 times.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    words, reps = 8192, 4096
+    k = compile_smem_probe(words, reps)
+    from cutlass import Float32, Int32
+    blocks = sms * 8
+    ms = H.time_ms(lambda: k(out, Int32(blocks), Float32(float("nan"))), warmup=3, rep=20)
+    rows.append(H.row("smem", "ours", "fp32", blocks, words, blocks * 256 * reps * 16, ms, ceil["read"],
+                      variant="read bandwidth (all SMs)"))
+    # Latency: one thread chasing pointers.
+    chains = {
+        "hbm": (make_chain(256 << 20, 64), 20000),  # 1 GiB, one hop per 256 B
+        "l2": (make_chain(2 << 20, 32), 100000),  # 8 MiB: misses L1, hits L2
+        "l1": (make_chain(4096, 32), 200000),  # 16 KiB: hits L1 after the first lap
+    }
+    for level, (chain, steps) in chains.items():
+        kc = compile_chase(False)
+        res = torch.zeros(1, dtype=torch.int32, device="cuda")
+        ms = H.time_ms(lambda: kc(chain, res, Int32(steps)), warmup=2, rep=7)
+        rows.append(H.row(level, "ours", "int32", 1, chain.numel(), 0, ms, ceil["read"], variant="latency",
+                          latency_ns=round(ms * 1e6 / steps, 1)))
+        print(rows[-1], flush=True)
+    chain = make_chain(1024, 1)
+    ks = compile_chase(True, 1024)
+    res = torch.zeros(1, dtype=torch.int32, device="cuda")
+    steps = 200000
+    ms = H.time_ms(lambda: ks(chain, res, Int32(steps)), warmup=2, rep=7)
+    rows.append(H.row("smem", "ours", "int32", 1, 1024, 0, ms, ceil["read"], variant="latency",
+                      latency_ns=round(ms * 1e6 / steps, 1)))
+    for r in rows:
+        if "tb_per_s_override" in r:
+            r["tb_per_s"] = round(r.pop("tb_per_s_override"), 4)
+            r["frac_of_ceiling"] = round(r["tb_per_s"] / r["ceiling_tb_per_s"], 4)
+            r["us"] = ""
+        if r["variant"] == "latency":
+            r["tb_per_s"] = r["frac_of_ceiling"] = ""
+    return rows
+
+
+# (name, reduce_rows kwargs, largest N it may run)
+TIERS = [
+    ("thread", dict(max_tier="thread", stream=True), 262144),
+    ("warp", dict(max_tier="warp", stream=True), 262144),
+    ("warp (kept)", dict(max_tier="warp"), 8192),
+    ("block (kept)", dict(max_tier="block"), 262144),
+    ("block", dict(max_tier="block", stream=True), 262144),
+    ("cluster (kept)", dict(), 262144),
+    ("cluster", dict(stream=True), 262144),
+]
+
+
+def suite_reduction(args, ceil):
+    from kernels.reduction import reduce_rows
+    ns = [1 << k for k in range(10, 19)] if not args.quick else [1024, 65536, 262144]
+    rows = []
+    for name, dt in DTYPES.items():
+        for n in ns:
+            m = _m_for(n)
+            x = torch.randn(m, n, device="cuda", dtype=dt)
+            out = torch.empty(m, device="cuda")
+            nbytes = bytes_moved("reduce", m, n, x.element_size())
+            ref = x.float().sum(-1)
+            rows.append(H.row("reduce_sum", "torch", name, m, n, nbytes,
+                              H.time_ms(lambda: torch.sum(x, -1, dtype=torch.float32)), ceil["read"]))
+            for tier, kw, nmax in TIERS:
+                if n > nmax:
+                    continue
+                fn = lambda: reduce_rows(x, "sum", out=out, **kw)
+                fn()
+                err = ((out - ref).abs().max() / ref.abs().max()).item()
+                impl = "ours" if tier == "cluster (kept)" else "ours-tier"
+                rows.append(H.row("reduce_sum", impl, name, m, n, nbytes, H.time_ms(fn), ceil["read"],
+                                  variant=tier, max_rel_err=f"{err:.2e}"))
+                print(rows[-1], flush=True)
+            del x, out
+    return rows
+
+
+def suite_op(op: str):
+    def run(args, ceil):
+        from kernels import compile as kc
+        ns = OP_NS if not args.quick else [4096, 65536, 262144]
+        ceiling = ceil["read"] if op == "cross_entropy" else ceil["copy"]
+        rows = []
+        for name, dt in DTYPES.items():
+            for n in ns:
+                m = _m_for(n)
+                nbytes = bytes_moved(op, m, n, torch.finfo(dt).bits // 8)
+                for impl, make in peer_impls(op):
+                    try:
+                        fn = make(m, n, dt)
+                        before = len(kc.cache())
+                        t0 = time.perf_counter()
+                        fn()
+                        torch.cuda.synchronize()
+                        first = time.perf_counter() - t0
+                        ms = H.time_ms(fn)
+                        extra = {}
+                        if impl == "ours":
+                            extra = {"first_call_s": round(first, 3), "compiles": len(kc.cache()) - before}
+                            fn()
+                            extra["recompiles_after_first"] = len(kc.cache()) - before - extra["compiles"]
+                        rows.append(H.row(op, impl, name, m, n, nbytes, ms, ceiling, **extra))
+                    except Exception as e:  # a peer that cannot run this size
+                        rows.append(H.row(op, impl, name, m, n, nbytes, float("nan"), ceiling,
+                                          note=f"{type(e).__name__}: {str(e)[:80]}"))
+                    print(rows[-1], flush=True)
+                    torch.cuda.empty_cache()
+        return rows
+    return run
+
+
+SUITES = {
+    "hierarchy": suite_hierarchy,
+    "copy": suite_copy,
+    "reduction": suite_reduction,
+    "rmsnorm": suite_op("rmsnorm"),
+    "softmax": suite_op("softmax"),
+    "cross_entropy": suite_op("cross_entropy"),
+}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("suites", nargs="+", choices=sorted(SUITES))
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
+    print("ceilings (TB/s):", ceil, flush=True)
+    for s in a.suites:
+        t0 = time.time()
+        rows = SUITES[s](a, ceil)
+        # the ceilings again at the end, so drift within the run shows
+        meta = H.metadata({"suite": s, "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"],
+                           "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
+                           "total_elements": TOTAL})
+        path = H.write_suite(s, rows, meta, a.out)
+        print(f"wrote {path} ({len(rows)} rows, {time.time() - t0:.0f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Try candidate configurations for the large-N rows of the configuration table.
+
+    python -m benchmarks.sweep [--out DIR]
+
+Prints, for each op, dtype and N, the bandwidth of each candidate RowConfig and
+which one the table picks now; the table in kernels/config.py is edited from these
+numbers (they are written to <out>/sweep.csv).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from kernels.config import RowConfig, row_config
+
+from . import harness as H
+from .bytes import bytes_moved
+
+KEEP = {  # N -> (threads_per_row, threads_per_block, cluster_n) candidates
+    16384: [(256, 256, 1), (512, 512, 1), (128, 128, 2), (256, 256, 2)],
+    32768: [(256, 256, 2), (512, 512, 1), (512, 512, 2), (128, 128, 4)],
+    65536: [(256, 256, 4), (512, 512, 2), (128, 128, 8), (256, 256, 8)],
+    131072: [(256, 256, 8), (512, 512, 4), (128, 128, 16), (256, 256, 16)],
+    262144: [(256, 256, 16), (512, 512, 8), (1024, 1024, 4)],
+}
+STREAM = {
+    65536: [(256, 256, 1), (256, 256, 2), (256, 256, 4), (512, 512, 2)],
+    131072: [(256, 256, 2), (256, 256, 4), (256, 256, 8), (512, 512, 4)],
+    262144: [(256, 256, 2), (256, 256, 4), (256, 256, 8), (512, 512, 4), (256, 256, 16)],
+}
+
+
+def cfg_for(n, bits, tpr, tpb, cluster, keep, vecs=None):
+    vec = 128 // bits
+    nvec = n // vec
+    if keep:
+        return RowConfig(tpr, tpb, cluster, vec, math.ceil(nvec / (tpr * cluster)), 1)
+    per = vecs or max(1, 128 * 8 // (vec * bits))
+    per = min(per, math.ceil(nvec / (tpr * cluster)))
+    return RowConfig(tpr, tpb, cluster, vec, per, math.ceil(nvec / (tpr * cluster * per)))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    from kernels.cross_entropy import cross_entropy
+    from kernels.rmsnorm import rmsnorm_out
+    from kernels.softmax import softmax_out
+    ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
+    print("ceilings", ceil, flush=True)
+    rows = []
+    for dt in (torch.bfloat16, torch.float32):
+        bits = torch.finfo(dt).bits
+        for op in ("rmsnorm", "softmax", "cross_entropy"):
+            table = STREAM if op == "cross_entropy" else KEEP
+            for n, cands in table.items():
+                m = (1 << 28) // n
+                x = torch.randn(m, n, device="cuda", dtype=dt)
+                out = torch.empty_like(x) if op != "cross_entropy" else None
+                w = torch.randn(n, device="cuda", dtype=dt)
+                t = torch.randint(0, n, (m,), device="cuda")
+                nbytes = bytes_moved(op, m, n, bits // 8)
+                ceiling = ceil["read" if op == "cross_entropy" else "copy"]
+                picked = row_config(n, bits, keep_row=op != "cross_entropy")
+                vecs_opts = [None, 4] if op == "cross_entropy" else [None]
+                for c in cands:
+                    for vecs in vecs_opts:
+                        cfg = cfg_for(n, bits, *c, keep=op != "cross_entropy", vecs=vecs)
+                        try:
+                            if op == "rmsnorm":
+                                fn = lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)
+                            elif op == "softmax":
+                                fn = lambda: softmax_out(x, out, config=cfg)
+                            else:
+                                fn = lambda: cross_entropy(x, t, reduction="none", check_target=False, config=cfg)
+                            ms = H.time_ms(fn, warmup=3, rep=15)
+                        except Exception as e:
+                            print("FAIL", op, n, cfg, type(e).__name__, str(e)[:200], flush=True)
+                            continue
+                        r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n, nbytes, ms, ceiling,
+                                  variant=str(cfg), picked=(cfg == picked))
+                        rows.append(r)
+                        print(f"{op:14s} {r['dtype']} N={n:>6} {r['tb_per_s']:.3f} TB/s {r['frac_of_ceiling']:.3f} "
+                              f"{'*' if r['picked'] else ' '} {cfg}", flush=True)
+                del x, out, w, t
+                torch.cuda.empty_cache()
+    H.write_suite("sweep", rows, H.metadata({"ceilings": ceil}), a.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""Shapes, dtypes and tolerances shared by the kernel tests."""
+import torch
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# Ragged N, every vector width, and every cluster size the table picks (1, 2, 4, 8, 16).
+NS = [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 32768, 65536, 131071, 131072, 262144]
+# Output tolerances against the float64 reference: (rtol, atol) per output dtype.
+TOL = {torch.float32: (2e-5, 2e-6), torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (2e-3, 1e-6)}
+
+
+def ms_for(n: int):
+    """M = 1, an odd M, and a large M (bounded so M * N stays under 2^25)."""
+    return [1, 37, max(2, min(4096, (1 << 25) // n) | 1)]
+
+
+def assert_close(out, ref, dtype, what=""):
+    rtol, atol = TOL[dtype]
+    out64 = out.double()
+    assert torch.isfinite(out64).all() == torch.isfinite(ref).all(), f"{what}: non-finite mismatch"
+    torch.testing.assert_close(out64, ref.to(out64.device), rtol=rtol, atol=atol, equal_nan=True,
+                               msg=lambda m: f"{what}: {m}")

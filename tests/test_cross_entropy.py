@@ -1,0 +1,73 @@
+"""Cross-entropy on the GPU against a float64 reference: dtypes, ragged N, clusters,
+reductions, ignore_index, extreme logits, and out-of-range targets."""
+import pytest
+import torch
+
+from kernels.cross_entropy import cross_entropy, cross_entropy_reference
+
+from _grid import DTYPES, NS, ms_for
+from _gpu import requires_gpu
+
+pytestmark = requires_gpu
+
+
+def _close(out, ref):
+    torch.testing.assert_close(out.double(), ref, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", NS)
+def test_cross_entropy(n, dtype):
+    for m in ms_for(n):
+        x = (torch.randn(m, n, device="cuda") * 4).to(dtype)
+        t = torch.randint(0, n, (m,), device="cuda")
+        _close(cross_entropy(x, t, reduction="none"), cross_entropy_reference(x, t, reduction="none"))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("target_dtype", [torch.int64, torch.int32])
+def test_reductions_and_ignore_index(reduction, target_dtype):
+    x = torch.randn(301, 32768, device="cuda").to(torch.bfloat16)
+    t = torch.randint(0, 32768, (301,), device="cuda")
+    t[::7] = -100
+    out = cross_entropy(x, t.to(target_dtype), reduction=reduction)
+    ref = cross_entropy_reference(x, t, reduction=reduction)
+    _close(out, ref)
+    if reduction == "none":
+        assert (out[::7] == 0).all()
+
+
+def test_all_rows_ignored_mean_is_nan_like_torch():
+    x = torch.randn(8, 1000, device="cuda")
+    t = torch.full((8,), 5, device="cuda")
+    t[:] = -100
+    assert torch.isnan(cross_entropy(x, t)).item()
+    assert cross_entropy(x, t, reduction="sum").item() == 0.0
+
+
+@pytest.mark.parametrize("n", [1000, 131072, 262144])
+def test_extreme_logits(n):
+    x = torch.randn(6, n, device="cuda") * 1e4
+    x[1, :] = -1e4
+    x[2, 5] = float("-inf")
+    t = torch.randint(0, n, (6,), device="cuda")
+    t[2] = 6
+    _close(cross_entropy(x, t, reduction="none"), cross_entropy_reference(x, t, reduction="none"))
+
+
+def test_out_of_range_target_raises():
+    x = torch.randn(16, 1000, device="cuda")
+    t = torch.randint(0, 1000, (16,), device="cuda")
+    t[3] = 1000
+    with pytest.raises(ValueError, match=r"\[0, 1000\)"):
+        cross_entropy(x, t)
+    t[3] = -5
+    with pytest.raises(ValueError, match="ignore_index"):
+        cross_entropy(x, t)
+    loss = cross_entropy(x, t, reduction="none", check_target=False)
+    assert torch.isnan(loss[3]) and torch.isfinite(loss[torch.arange(16, device="cuda") != 3]).all()
+
+
+def test_target_on_cpu():
+    with pytest.raises(ValueError, match="device|cuda"):
+        cross_entropy(torch.randn(4, 64, device="cuda"), torch.zeros(4, dtype=torch.long))

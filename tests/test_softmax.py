@@ -1,0 +1,44 @@
+"""Softmax on the GPU against a float64 reference, with -inf entries and huge logits."""
+import pytest
+import torch
+
+from kernels.softmax import softmax, softmax_reference
+
+from _grid import DTYPES, NS, assert_close, ms_for
+from _gpu import requires_gpu
+
+pytestmark = requires_gpu
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", NS)
+def test_softmax(n, dtype):
+    for m in ms_for(n):
+        x = (torch.randn(m, n, device="cuda") * 3).to(dtype)
+        assert_close(softmax(x), softmax_reference(x), dtype, f"M={m}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1000, 65536, 262144])
+def test_extreme_values(n, dtype):
+    x = torch.randn(5, n, device="cuda")
+    x[0] *= 1e4  # huge logits: max subtraction keeps exp finite
+    x[1, ::3] = float("-inf")  # masked entries get probability 0
+    x[2, : n - 1] = float("-inf")  # one survivor gets probability 1
+    x = x.to(dtype) if dtype != torch.float16 else x.clamp(-6e4, 6e4).to(dtype)
+    y = softmax(x)
+    assert_close(y, softmax_reference(x), dtype)
+    assert (y[1, ::3] == 0).all() and y[2, -1].item() == 1.0
+
+
+def test_all_masked_row_is_nan_like_torch():
+    x = torch.full((2, 4096), float("-inf"), device="cuda")
+    x[1] = 0
+    y = softmax(x)
+    assert torch.isnan(y[0]).all() and torch.isnan(torch.softmax(x, -1)[0]).all()
+    assert torch.allclose(y[1], torch.full_like(y[1], 1 / 4096))
+
+
+def test_leading_dims():
+    x = torch.randn(2, 3, 5, 1000, device="cuda")
+    assert_close(softmax(x), softmax_reference(x), torch.float32)

@@ -10,7 +10,6 @@ Every suite measures its ceilings (copy and read-only) in the same run. Peers
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 
@@ -30,7 +29,6 @@ def _m_for(n: int) -> int:
 
 
 def suite_copy(args, ceil):
-    import kernels
     from kernels.copy import copy_
     rows = []
     for name, dt in DTYPES.items():
@@ -58,7 +56,7 @@ def suite_copy(args, ceil):
 
 
 def suite_hierarchy(args, ceil):
-    from kernels.hierarchy import compile_chase, compile_smem_probe, make_chain, read_probe, PROBE_WIDTH
+    from kernels.hierarchy import compile_chase, compile_smem_probe, make_chain, read_probe
     rows = []
     rows.append(H.row("hbm", "torch", "fp32", 1, 0, 1, 1, ceil["copy"], variant="copy bandwidth (read+write)",
                       tb_per_s_override=ceil["copy"]))
@@ -73,9 +71,8 @@ def suite_hierarchy(args, ceil):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     words, reps = 8192, 4096
     k = compile_smem_probe(words, reps)
-    from cutlass import Float32, Int32
     blocks = sms * 8
-    ms = H.time_ms(lambda: k(out, Int32(blocks), Float32(float("nan"))), warmup=3, rep=20)
+    ms = H.time_ms(lambda: k(out, blocks, float("nan")), warmup=3, rep=20)
     rows.append(H.row("smem", "ours", "fp32", blocks, words, blocks * 256 * reps * 16, ms, ceil["read"],
                       variant="read bandwidth (all SMs)"))
     # Latency: one thread chasing pointers.
@@ -87,7 +84,7 @@ def suite_hierarchy(args, ceil):
     for level, (chain, steps) in chains.items():
         kc = compile_chase(False)
         res = torch.zeros(1, dtype=torch.int32, device="cuda")
-        ms = H.time_ms(lambda: kc(chain, res, Int32(steps)), warmup=2, rep=7)
+        ms = H.time_ms(lambda: kc(chain, res, steps), warmup=2, rep=7)
         rows.append(H.row(level, "ours", "int32", 1, chain.numel(), 0, ms, ceil["read"], variant="latency",
                           latency_ns=round(ms * 1e6 / steps, 1)))
         print(rows[-1], flush=True)
@@ -95,7 +92,7 @@ def suite_hierarchy(args, ceil):
     ks = compile_chase(True, 1024)
     res = torch.zeros(1, dtype=torch.int32, device="cuda")
     steps = 200000
-    ms = H.time_ms(lambda: ks(chain, res, Int32(steps)), warmup=2, rep=7)
+    ms = H.time_ms(lambda: ks(chain, res, steps), warmup=2, rep=7)
     rows.append(H.row("smem", "ours", "int32", 1, 1024, 0, ms, ceil["read"], variant="latency",
                       latency_ns=round(ms * 1e6 / steps, 1)))
     for r in rows:

@@ -18,7 +18,6 @@ from typing import Callable, Hashable
 
 import torch
 
-import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float16, Float32, Int32, Int64
 

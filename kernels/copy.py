@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-import cutlass
 import cutlass.cute as cute
 from cutlass import const_expr
 

@@ -17,9 +17,8 @@ import math
 
 import torch
 
-import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import Float32, Int32
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
@@ -87,7 +86,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         bits = torch.finfo(logits.dtype).bits
         vec = vector_width(n, bits, logits.stride(0), validate.ptr_align(logits))
         kernel = compile_cross_entropy(logits.dtype, n, target.dtype, config=config, vec=vec)
-        kernel(logits, loss, None, target_c, err, Int32(ignore_index))
+        kernel(logits, loss, None, target_c, err, int(ignore_index))
         if check_target and err.item():
             bad = target_c[((target_c < 0) | (target_c >= n)) & (target_c != ignore_index)]
             raise ValueError(f"target values must be in [0, {n}) or ignore_index={ignore_index}; "

@@ -75,7 +75,7 @@ def read_probe(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor
     if not x.is_cuda or not x.is_contiguous() or x.numel() % PROBE_WIDTH:
         raise ValueError(f"read_probe needs a contiguous CUDA tensor whose size is a multiple of {PROBE_WIDTH}")
     out = out if out is not None else torch.zeros(1, dtype=torch.float32, device=x.device)
-    compile_read_probe(x.dtype)(x.view(-1, PROBE_WIDTH), out, Float32(float("nan")))
+    compile_read_probe(x.dtype)(x.view(-1, PROBE_WIDTH), out, float("nan"))
     return out
 
 

@@ -17,7 +17,6 @@ pass, so one exchange per tier serves them all.
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
 from typing import Callable, Tuple
 

@@ -65,7 +65,7 @@ def reduce_rows(x: torch.Tensor, op: str = "sum", *, max_tier: str = "cluster", 
         return out
     vec = vector_width(n, torch.finfo(x.dtype).bits, rows.stride(0), validate.ptr_align(rows))
     kernel = compile_reduce(x.dtype, n, op, max_tier=max_tier, stream=stream, config=config, vec=vec)
-    kernel(rows, out.view(-1), None, None, None, Float32(0.0))
+    kernel(rows, out.view(-1), None, None, None, 0.0)
     return out
 
 

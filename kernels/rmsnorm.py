@@ -66,7 +66,7 @@ def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor,
         vec = vector_width(n, torch.finfo(x.dtype).bits, orows.stride(0), validate.ptr_align(*tensors))
         vec = min(vec, vector_width(n, torch.finfo(x.dtype).bits, rows.stride(0), 16))
     kernel = compile_rmsnorm(x.dtype, n, weight is not None, config=config, vec=vec)
-    kernel(rows, orows, weight, None, None, Float32(eps))
+    kernel(rows, orows, weight, None, None, float(eps))
     return out
 
 

@@ -14,13 +14,12 @@ with, whether it needs the row again (``keep_row``), and its epilogue.
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
-from cutlass import Float32, Int32, Int64, const_expr
+from cutlass import Float32, Int64, const_expr
 
 from .config import RowConfig
 from .reduce import Combine, cluster_reduce_setup, row_reduce, slot_width

@@ -48,7 +48,7 @@ def softmax_out(x: torch.Tensor, out: torch.Tensor, config: RowConfig | None = N
     n, bits = x.shape[-1], torch.finfo(x.dtype).bits
     align = validate.ptr_align(rows, orows)
     vec = min(vector_width(n, bits, rows.stride(0), align), vector_width(n, bits, orows.stride(0), align))
-    compile_softmax(x.dtype, n, config=config, vec=vec)(rows, orows, None, None, None, Float32(0.0))
+    compile_softmax(x.dtype, n, config=config, vec=vec)(rows, orows, None, None, None, 0.0)
     return out
 
 

@@ -1,5 +1,4 @@
 """Chapter 1's probes compile without a GPU and measure sane numbers on one."""
-import pytest
 import torch
 
 from kernels.hierarchy import compile_chase, compile_read_probe, compile_smem_probe, make_chain, read_probe
@@ -26,10 +25,9 @@ def test_chain_is_one_cycle():
 
 @requires_gpu
 def test_chase_follows_the_chain():
-    from cutlass import Int32
     nxt = make_chain(4096, 32)
     out = torch.zeros(1, dtype=torch.int32, device="cuda")
-    compile_chase(False)(nxt, out, Int32(5))
+    compile_chase(False)(nxt, out, 5)
     i = 0
     for _ in range(5):
         i = int(nxt[i])

@@ -1,9 +1,8 @@
 """GPU-free: every kernel compiles for sm_90a, and its PTX and cubin show what the
 chapters claim (128-bit accesses, shuffles, shared memory, cluster exchange, no spills)."""
-import os
 
 import pytest
-import torch
+
 
 from kernels.config import vector_width
 from kernels.cubin import kernel_resources

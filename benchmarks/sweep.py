@@ -18,18 +18,30 @@ from kernels.config import RowConfig, row_config
 from . import harness as H
 from .bytes import bytes_moved
 
-KEEP = {  # N -> (threads_per_row, threads_per_block, cluster_n) candidates
-    16384: [(256, 256, 1), (512, 512, 1), (128, 128, 2), (256, 256, 2)],
-    32768: [(256, 256, 2), (512, 512, 1), (512, 512, 2), (128, 128, 4)],
-    65536: [(256, 256, 4), (512, 512, 2), (128, 128, 8), (256, 256, 8)],
-    131072: [(256, 256, 8), (512, 512, 4), (128, 128, 16), (256, 256, 16)],
-    262144: [(256, 256, 16), (512, 512, 8), (1024, 1024, 4)],
-}
-STREAM = {
-    65536: [(256, 256, 1), (256, 256, 2), (256, 256, 4), (512, 512, 2)],
-    131072: [(256, 256, 2), (256, 256, 4), (256, 256, 8), (512, 512, 4)],
-    262144: [(256, 256, 2), (256, 256, 4), (256, 256, 8), (512, 512, 4), (256, 256, 16)],
-}
+def keep_candidates(n, bits):
+    """(threads_per_row, threads_per_block, cluster_n) giving 16, 32 or 64 elements a thread."""
+    out = []
+    for elems in (16, 32, 64):
+        for cluster in (1, 2, 4, 8, 16):
+            threads = n // (elems * cluster)
+            if 64 <= threads <= 1024 and threads & (threads - 1) == 0:
+                out.append((threads, max(threads, 128), cluster))
+    if n <= 1024:
+        out += [(32, 128, 1), (64, 128, 1), (128, 128, 1)]
+    return sorted(set(out))
+
+
+def stream_candidates(n, bits):
+    out = []
+    for cluster in (1, 2, 4, 8):
+        for tpr in (128, 256):
+            if n // (cluster * tpr * (128 // bits)) >= 1:
+                out.append((tpr, tpr, cluster))
+    return out
+
+
+KEEP_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
+STREAM_NS = [4096, 16384, 65536, 131072, 262144]
 
 
 def cfg_for(n, bits, tpr, tpb, cluster, keep, vecs=None):
@@ -55,8 +67,9 @@ def main(argv=None):
     for dt in (torch.bfloat16, torch.float32):
         bits = torch.finfo(dt).bits
         for op in ("rmsnorm", "softmax", "cross_entropy"):
-            table = STREAM if op == "cross_entropy" else KEEP
-            for n, cands in table.items():
+            stream = op == "cross_entropy"
+            for n in (STREAM_NS if stream else KEEP_NS):
+                cands = (stream_candidates if stream else keep_candidates)(n, bits)
                 m = (1 << 28) // n
                 x = torch.randn(m, n, device="cuda", dtype=dt)
                 out = torch.empty_like(x) if op != "cross_entropy" else None
@@ -65,7 +78,7 @@ def main(argv=None):
                 nbytes = bytes_moved(op, m, n, bits // 8)
                 ceiling = ceil["read" if op == "cross_entropy" else "copy"]
                 picked = row_config(n, bits, keep_row=op != "cross_entropy")
-                vecs_opts = [None, 4] if op == "cross_entropy" else [None]
+                vecs_opts = [2, 4, 8] if op == "cross_entropy" else [None]
                 for c in cands:
                     for vecs in vecs_opts:
                         cfg = cfg_for(n, bits, *c, keep=op != "cross_entropy", vecs=vecs)
@@ -76,7 +89,7 @@ def main(argv=None):
                                 fn = lambda: softmax_out(x, out, config=cfg)
                             else:
                                 fn = lambda: cross_entropy(x, t, reduction="none", check_target=False, config=cfg)
-                            ms = H.time_ms(fn, warmup=3, rep=15)
+                            ms = H.time_ms(fn, warmup=3, rep=10)
                         except Exception as e:
                             print("FAIL", op, n, cfg, type(e).__name__, str(e)[:200], flush=True)
                             continue

@@ -81,7 +81,9 @@ def compile_copy(dtype: torch.dtype, bits: int = 128, coalesced: bool = True, wi
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, *, bits: int = 128, coalesced: bool = True) -> torch.Tensor:
     """Copy src into dst (same shape and dtype, both contiguous CUDA tensors)."""
-    validate.check_rows(src, "src")
+    if not isinstance(src, torch.Tensor) or src.dtype not in validate.FLOAT_DTYPES:
+        raise TypeError(f"src must be a float32, bfloat16 or float16 tensor, got {getattr(src, 'dtype', src)}")
+    validate.check_cuda(src, "src")
     if dst.shape != src.shape or dst.dtype != src.dtype or dst.device != src.device:
         raise ValueError("dst must have src's shape, dtype and device")
     if not (src.is_contiguous() and dst.is_contiguous()):

@@ -26,7 +26,6 @@ from cutlass import Float32, Int32, const_expr
 
 WARP_SIZE = 32
 LOG2_E = math.log2(math.e)
-_FLT_LOWEST = -3.4028234663852886e38
 
 
 @dataclass(frozen=True)
@@ -57,11 +56,16 @@ def _sumsq_fold(x):
     return ((x * x).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0),)
 
 
+def _finite_or_zero(m):
+    """The max to subtract: a max of -inf (nothing but -inf seen yet) becomes 0, so that
+    exp(-inf - m) is exp(-inf) = 0 and never exp(-inf + inf) = NaN."""
+    return Float32(cutlass.select_(m == -math.inf, Float32(0.0), m))
+
+
 def _online_combine(a, b):
-    """Merge two (max, sum of exp(x - max)) pairs. A max of -inf (nothing seen yet)
-    is clamped so that -inf - -inf never makes a NaN."""
+    """Merge two (max, sum of exp(x - max)) pairs."""
     m = cute.arch.fmax(a[0], b[0])
-    m_safe = cute.arch.fmax(m, Float32(_FLT_LOWEST))
+    m_safe = _finite_or_zero(m)
     sa = a[1] * cute.math.exp2((a[0] - m_safe) * LOG2_E, fastmath=True)
     sb = b[1] * cute.math.exp2((b[0] - m_safe) * LOG2_E, fastmath=True)
     return (m, sa + sb)
@@ -69,7 +73,7 @@ def _online_combine(a, b):
 
 def _online_fold(x):
     m = x.reduce(cute.ReductionOp.MAX, init_val=-math.inf, reduction_profile=0)
-    m_safe = cute.arch.fmax(m, Float32(_FLT_LOWEST))
+    m_safe = _finite_or_zero(m)
     e = cute.math.exp2(x * LOG2_E - m_safe * LOG2_E, fastmath=True)
     return (m, e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
 

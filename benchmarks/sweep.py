@@ -54,10 +54,80 @@ def cfg_for(n, bits, tpr, tpb, cluster, keep, vecs=None):
     return RowConfig(tpr, tpb, cluster, vec, per, math.ceil(nvec / (tpr * cluster * per)))
 
 
+def focus(out_dir):
+    """The questions left after the full sweep: the copy kernel's shape, the longest kept
+    rows, and the host cost of one launch."""
+    import time
+    from kernels.copy import copy_
+    from kernels.rmsnorm import rmsnorm_out
+    from kernels.softmax import softmax_out
+    rows = []
+    ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
+    print("ceilings", ceil, flush=True)
+    for dt in (torch.float32, torch.bfloat16):
+        numel = H.GIB // (torch.finfo(dt).bits // 8)
+        src = torch.randn(numel, device="cuda").to(dt)
+        dst = torch.empty_like(src)
+        for threads in (128, 256, 512):
+            for vecs in (2, 4, 8, 16):
+                ms = H.time_ms(lambda: copy_(dst, src, vecs=vecs, threads=threads))
+                r = H.row("copy", "ours", str(dt)[6:], 1, numel, 2 * numel * src.element_size(), ms, ceil["copy"],
+                          variant=f"threads={threads} vecs={vecs}")
+                rows.append(r)
+                print(r["variant"], r["dtype"], r["tb_per_s"], r["frac_of_ceiling"], flush=True)
+        ms = H.time_ms(lambda: dst.copy_(src))
+        print("torch copy_", dt, H.tbps(2 * numel * src.element_size(), ms), flush=True)
+        del src, dst
+    for dt in (torch.float32, torch.bfloat16):
+        bits = torch.finfo(dt).bits
+        for n, cands in ((262144, [(512, 512, 16), (256, 256, 16), (1024, 1024, 16)]),
+                         (131072, [(512, 512, 16), (256, 256, 16), (512, 512, 8)])):
+            m = (1 << 28) // n
+            x = torch.randn(m, n, device="cuda", dtype=dt)
+            out = torch.empty_like(x)
+            w = torch.randn(n, device="cuda", dtype=dt)
+            for c in cands:
+                cfg = cfg_for(n, bits, *c, keep=True)
+                for op, fn in (("rmsnorm", lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)),
+                               ("softmax", lambda: softmax_out(x, out, config=cfg))):
+                    try:
+                        ms = H.time_ms(fn, warmup=3, rep=10)
+                    except Exception as e:
+                        print("FAIL", op, n, cfg, type(e).__name__, str(e)[:200], flush=True)
+                        continue
+                    r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n,
+                              bytes_moved(op, m, n, bits // 8), ms, ceil["copy"], variant=str(cfg))
+                    rows.append(r)
+                    print(f"{op:8s} {r['dtype']} N={n} {r['frac_of_ceiling']:.3f} {cfg}", flush=True)
+            del x, out, w
+    # host cost of one launch: wall time of many back-to-back calls on a tiny input
+    x = torch.randn(4, 1024, device="cuda")
+    out = torch.empty_like(x)
+    softmax_out(x, out)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        softmax_out(x, out)
+    torch.cuda.synchronize()
+    us = (time.perf_counter() - t0) / 2000 * 1e6
+    print(f"host time per softmax call (tiny input): {us:.1f} us", flush=True)
+    from kernels.softmax import compile_softmax
+    k = compile_softmax(torch.float32, 1024, vec=4)
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        k(x, out, None, None, None, 0.0)
+    torch.cuda.synchronize()
+    print(f"host time per raw compiled call: {(time.perf_counter() - t0) / 2000 * 1e6:.1f} us", flush=True)
+    H.write_suite("focus", rows, H.metadata({"ceilings": ceil, "host_us_per_call": us}), out_dir)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=None)
+    p.add_argument("--focus", action="store_true")
     a = p.parse_args(argv)
+    if a.focus:
+        return focus(a.out)
     from kernels.cross_entropy import cross_entropy
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out

@@ -9,7 +9,7 @@ cross-entropy). All of that lives in the table below, as data:
 
     >>> from kernels.config import row_config, print_table
     >>> row_config(65536, 16, keep_row=True)
-    RowConfig(threads_per_row=256, threads_per_block=256, cluster_n=4, vec=8, vecs_per_thread=8, passes=1)
+    RowConfig(threads_per_row=256, threads_per_block=256, cluster_n=8, vec=8, vecs_per_thread=4, passes=1)
 
 Pass ``config=RowConfig(...)`` to any op to override the choice.
 """
@@ -27,34 +27,57 @@ MAX_THREADS = 1024
 #: The largest row any kernel here accepts.
 MAX_N = 262144
 
-# (largest N, threads per row, threads per block, cluster size). The first row whose
-# bound is >= N wins. Chosen so a thread holds at most 64 elements of a kept row in
-# registers (no spills, see tests/test_inspect.py) while each block keeps >= 8 KiB of
-# loads in flight.
-KEEP_ROW_TABLE = (
-    (1024, 32, 128, 1),
-    (4096, 128, 128, 1),
-    (8192, 256, 256, 1),
-    (16384, 256, 256, 1),
-    (32768, 256, 256, 2),
-    (65536, 256, 256, 4),
-    (131072, 256, 256, 8),
-    (262144, 256, 256, 16),
-)
+# The tables, by element width in bits. Rows are (largest N, threads per row, threads
+# per block, cluster size[, 128-bit accesses per thread per pass]); the first row whose
+# bound is >= N wins. Picked from `python -m benchmarks.sweep` on an H200 (book/data/
+# sweep.csv): the best configuration for RMSNorm and softmax together (keep) and for
+# cross-entropy (stream) at each N. What the data says: about four 128-bit accesses a
+# thread (64 bytes) and more, smaller blocks in a cluster beat fat blocks, until a
+# 262144-element row forces 64 elements a thread even with 16 blocks.
+KEEP_ROW_TABLE = {
+    16: (
+        (1024, 64, 128, 1),
+        (4096, 64, 128, 2),
+        (8192, 128, 128, 2),
+        (16384, 256, 256, 2),
+        (32768, 128, 128, 8),
+        (65536, 256, 256, 8),
+        (131072, 256, 256, 16),
+        (262144, 256, 256, 16),
+    ),
+    32: (
+        (1024, 128, 128, 1),
+        (4096, 64, 128, 4),
+        (8192, 64, 128, 8),
+        (16384, 128, 128, 8),
+        (32768, 512, 512, 4),
+        (65536, 512, 512, 8),
+        (131072, 256, 256, 16),
+        (262144, 512, 512, 16),
+    ),
+}
 
-# Streaming kernels (a reduction that needs the row only once) loop over the row in
-# passes of ``STREAM_VECS`` 128-bit vectors per thread, so they need no cluster to keep
-# registers in check; a small cluster still splits very long rows so that there are
-# enough blocks to fill 132 SMs when M is small.
-STREAM_TABLE = (
-    (1024, 32, 128, 1),
-    (4096, 128, 128, 1),
-    (16384, 256, 256, 1),
-    (65536, 256, 256, 2),
-    (262144, 256, 256, 4),
-)
-#: Bytes each thread loads per pass when streaming (eight 128-bit loads in flight).
-STREAM_BYTES = 128
+# Streaming kernels (a reduction that needs the row only once) fold the row in passes
+# of a few 128-bit accesses per thread, so a long row needs no cluster to fit in
+# registers; the cluster only splits rows when that keeps more blocks busy.
+STREAM_TABLE = {
+    16: (
+        (1024, 64, 128, 1, 2),
+        (4096, 128, 128, 1, 4),
+        (16384, 128, 128, 1, 8),
+        (65536, 128, 128, 4, 8),
+        (131072, 128, 128, 8, 8),
+        (262144, 256, 256, 1, 4),
+    ),
+    32: (
+        (1024, 64, 128, 1, 4),
+        (4096, 128, 128, 1, 8),
+        (16384, 128, 128, 1, 8),
+        (65536, 128, 128, 8, 8),
+        (131072, 256, 256, 8, 4),
+        (262144, 256, 256, 4, 8),
+    ),
+}
 #: A kept row may not give a thread more elements than this (255 registers in all).
 MAX_KEPT_ELEMS = 256
 
@@ -121,7 +144,7 @@ class RowConfig:
             raise ValueError("threads_per_row must divide threads_per_block")
         if not 1 <= self.cluster_n <= MAX_CLUSTER or self.cluster_n & (self.cluster_n - 1):
             raise ValueError(f"cluster_n must be a power of two <= {MAX_CLUSTER}")
-        if self.cluster_n > 1 and self.warps_per_row * self.cluster_n > 32 * 4:
+        if self.cluster_n > 1 and self.warps_per_row * self.cluster_n > 32 * 16:
             raise ValueError("too many partials for one cluster exchange")
         if self.cols_covered < n:
             raise ValueError(f"{self} covers {self.cols_covered} < N = {n} columns")
@@ -138,10 +161,10 @@ def vector_width(n: int, elem_bits: int, row_stride: int | None = None, ptr_alig
     return v
 
 
-def _lookup(table, n):
-    for bound, tpr, tpb, cluster in table:
-        if n <= bound:
-            return tpr, tpb, cluster
+def _lookup(table, elem_bits, n):
+    for entry in table[16 if elem_bits <= 16 else 32]:
+        if n <= entry[0]:
+            return entry[1:]
     raise ValueError(f"N = {n} is past the largest supported row ({MAX_N})")
 
 
@@ -171,7 +194,12 @@ def row_config(
         raise ValueError(f"max_tier must be one of {TIERS}, got {max_tier!r}")
     vec = vec or vector_width(n, elem_bits)
     nvec = n // vec
-    tpr, tpb, cluster = _lookup(KEEP_ROW_TABLE if keep_row else STREAM_TABLE, n)
+    if keep_row:
+        tpr, tpb, cluster = _lookup(KEEP_ROW_TABLE, elem_bits, n)
+        stream_vecs = None
+    else:
+        tpr, tpb, cluster, stream_vecs = _lookup(STREAM_TABLE, elem_bits, n)
+        stream_vecs = max(1, stream_vecs * (128 // elem_bits) // vec)  # same bytes when vec is narrower
     cap = TIERS.index(max_tier)
     if cap < 3 and cluster > 1:  # no cluster: one block takes the whole row
         tpr = tpb = min(MAX_THREADS, tpr * cluster)
@@ -180,8 +208,10 @@ def row_config(
         tpr, tpb = min(tpr, 32), 128
     if cap < 1:  # no warp tier: one thread per row
         tpr = 1
-    # Small rows: no more threads than vectors.
+    # Short rows: no more threads than vectors, no more blocks than needed.
     tpr = min(tpr, _next_pow2(nvec))
+    tpb = max(tpb, tpr)
+    cluster = min(cluster, _next_pow2(math.ceil(nvec / tpr)))
     if keep_row:
         per_thread = math.ceil(nvec / (tpr * cluster))
         if per_thread * vec > MAX_KEPT_ELEMS:
@@ -189,9 +219,9 @@ def row_config(
                 f"a row of {n} elements does not fit in registers with max_tier={max_tier!r} "
                 f"({per_thread * vec} elements per thread > {MAX_KEPT_ELEMS}); stream it instead")
         return RowConfig(tpr, tpb, cluster, vec, per_thread, 1)
-    # 1024-thread blocks get 64 registers a thread: half the bytes in flight each.
-    stream_bytes = STREAM_BYTES if tpb <= 512 else STREAM_BYTES // 2
-    per_thread = min(max(1, stream_bytes * 8 // (vec * elem_bits)), math.ceil(nvec / (tpr * cluster)))
+    if tpb > 512:  # 1024-thread blocks get 64 registers a thread: half the bytes in flight
+        stream_vecs = max(1, stream_vecs // 2)
+    per_thread = min(stream_vecs, math.ceil(nvec / (tpr * cluster)))
     passes = math.ceil(nvec / (tpr * cluster * per_thread))
     return RowConfig(tpr, tpb, cluster, vec, per_thread, passes)
 

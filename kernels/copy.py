@@ -58,28 +58,31 @@ class Copy:
             cute.copy(atom, frag, tDgD, pred=tSpS)
 
 
-def copy_config(dtype: torch.dtype, bits: int = 128, width: int = COPY_WIDTH, coalesced: bool = True) -> RowConfig:
+def copy_config(dtype: torch.dtype, bits: int = 128, width: int = COPY_WIDTH, coalesced: bool = True,
+                vecs: int = 4, threads: int = THREADS) -> RowConfig:
+    """Each thread moves ``vecs`` accesses of ``bits`` bits; coalesced rows give a
+    block's threads neighbouring pieces of one row, strided ones one row per thread."""
     elem_bits = torch.finfo(dtype).bits
     if bits % elem_bits or bits > 128 or width % (bits // elem_bits):
         raise ValueError(f"cannot move {bits}-bit pieces of {dtype} rows of {width}")
     vec = bits // elem_bits
-    # Each thread keeps 4 accesses in flight, whatever their width.
-    vecs = 4
-    tpr = min(THREADS, max(1, width // (vec * vecs)))
+    tpr = min(threads, max(1, width // (vec * vecs)))
     if not coalesced:  # one thread per row: lane i reads row i, a whole row away from lane i+1
         tpr = 1
-    return RowConfig(tpr, THREADS, 1, vec, vecs, 1)
+    return RowConfig(tpr, threads, 1, vec, vecs, 1)
 
 
-def compile_copy(dtype: torch.dtype, bits: int = 128, coalesced: bool = True, width: int = COPY_WIDTH):
-    cfg = copy_config(dtype, bits, width, coalesced)
+def compile_copy(dtype: torch.dtype, bits: int = 128, coalesced: bool = True, width: int = COPY_WIDTH,
+                 vecs: int = 4, threads: int = THREADS):
+    cfg = copy_config(dtype, bits, width, coalesced, vecs, threads)
     ct = TORCH_TO_CUTE[dtype]
-    key = ("copy", str(dtype), bits, coalesced, width)
+    key = ("copy", str(dtype), bits, coalesced, width, cfg)
     return compile_once(key, Copy(ct, width, cfg, coalesced), fake_rows(ct, width, cfg.vec),
                         fake_rows(ct, width, cfg.vec), fake_stream())
 
 
-def copy_(dst: torch.Tensor, src: torch.Tensor, *, bits: int = 128, coalesced: bool = True) -> torch.Tensor:
+def copy_(dst: torch.Tensor, src: torch.Tensor, *, bits: int = 128, coalesced: bool = True,
+          vecs: int = 4, threads: int = THREADS) -> torch.Tensor:
     """Copy src into dst (same shape and dtype, both contiguous CUDA tensors)."""
     if not isinstance(src, torch.Tensor) or src.dtype not in validate.FLOAT_DTYPES:
         raise TypeError(f"src must be a float32, bfloat16 or float16 tensor, got {getattr(src, 'dtype', src)}")
@@ -94,7 +97,7 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, *, bits: int = 128, coalesced: b
         width //= 2
     if validate.ptr_align(src, dst) < bits // 8 or width % (bits // torch.finfo(src.dtype).bits):
         raise ValueError(f"{bits}-bit accesses need 16-byte aligned tensors whose size is a multiple of the vector")
-    kernel = compile_copy(src.dtype, bits, coalesced, width)
+    kernel = compile_copy(src.dtype, bits, coalesced, width, vecs, threads)
     kernel(src.view(-1, width), dst.view(-1, width))
     return dst
 

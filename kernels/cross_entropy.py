@@ -39,8 +39,9 @@ class CrossEntropy(RowKernel):
         loss = Float32(0.0)
         if target != ignore_index:
             if target >= 0 and target < self.n:
-                lse = row_max + cute.math.log(denom, fastmath=False)
-                loss = lse - Float32(mX[row, target])
+                # (max - x_t) first: both are logits of this row, so when they are large
+                # and close the difference is exact, and log(sum) adds only its own error.
+                loss = (row_max - Float32(mX[row, target])) + cute.math.log(denom, fastmath=False)
             else:
                 loss = Float32(math.nan)
                 mErr[0] = Int32(1)

@@ -24,9 +24,14 @@ def test_max_tier_caps_the_tier(tier):
     assert TIERS.index(cfg.max_tier) <= TIERS.index(tier)
 
 
-def test_cluster_sizes_grow_with_n():
-    sizes = [row_config(n, 16, keep_row=True).cluster_n for n in (16384, 32768, 65536, 131072, 262144)]
-    assert sizes == [1, 2, 4, 8, 16]
+@pytest.mark.parametrize("bits", [16, 32])
+def test_threads_per_row_times_cluster_grows_with_n(bits):
+    """Longer rows get more threads (a bigger cluster) so a thread's share stays small."""
+    ns = (1024, 4096, 16384, 65536, 131072, 262144)
+    share = [row_config(n, bits, keep_row=True) for n in ns]
+    threads = [c.threads_per_row * c.cluster_n for c in share]
+    assert threads == sorted(threads) and threads[-1] >= 4096
+    assert max(c.cluster_n for c in share) > 1
 
 
 def test_vector_width_respects_stride_and_alignment():

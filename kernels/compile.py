@@ -61,9 +61,10 @@ def cache() -> dict:
     return _CACHE
 
 
-def compile_once(key: tuple, jit_fn: Callable, *fake_args) -> Compiled:
-    """Return the compiled kernel for ``key``, compiling ``jit_fn(*fake_args)`` the
-    first time only."""
+def compile_once(key: tuple, build: Callable) -> Compiled:
+    """Return the compiled kernel for ``key``. Only the first time, ``build()`` makes
+    the kernel object and its fake arguments, ``(jit_fn, args)``, and they are compiled;
+    later calls cost one dictionary lookup."""
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -71,6 +72,7 @@ def compile_once(key: tuple, jit_fn: Callable, *fake_args) -> Compiled:
         hit = _CACHE.get(key)
         if hit is not None:
             return hit
+        jit_fn, fake_args = build()
         os.makedirs(_DUMP_DIR, exist_ok=True)
         t0 = time.perf_counter()
         fn = cute.compile(jit_fn, *fake_args, options=_OPTIONS)

@@ -53,10 +53,13 @@ def compile_cross_entropy(dtype: torch.dtype, n: int, target_dtype: torch.dtype 
     cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=False, vec=vec)
     ct = TORCH_TO_CUTE[dtype]
     key = ("cross_entropy", str(dtype), str(target_dtype), n, cfg)
-    m = cute.sym_int()
-    return compile_once(key, CrossEntropy(ct, n, cfg), fake_rows(ct, n, cfg.vec), fake_vector(Float32, m),
-                        None, fake_vector(TORCH_TO_CUTE[target_dtype], m), fake_vector(Int32, 1),
-                        Int32(-100), fake_stream())
+
+    def build():
+        m = cute.sym_int()
+        return CrossEntropy(ct, n, cfg), (fake_rows(ct, n, cfg.vec), fake_vector(Float32, m), None,
+                                          fake_vector(TORCH_TO_CUTE[target_dtype], m), fake_vector(Int32, 1),
+                                          Int32(-100), fake_stream())
+    return compile_once(key, build)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,

@@ -66,8 +66,8 @@ def compile_read_probe(dtype: torch.dtype = torch.float32):
     vec = 128 // torch.finfo(dtype).bits
     cfg = RowConfig(THREADS, THREADS, 1, vec, 4, 1)
     ct = TORCH_TO_CUTE[dtype]
-    return compile_once(("read_probe", str(dtype)), ReadProbe(cfg), fake_rows(ct, PROBE_WIDTH, vec),
-                        fake_vector(Float32, 1), Float32(0.0), fake_stream())
+    return compile_once(("read_probe", str(dtype)), lambda: (ReadProbe(cfg), (
+        fake_rows(ct, PROBE_WIDTH, vec), fake_vector(Float32, 1), Float32(0.0), fake_stream())))
 
 
 def read_probe(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -113,8 +113,8 @@ class SmemProbe:
 
 
 def compile_smem_probe(words: int = 8192, reps: int = 4096):
-    return compile_once(("smem_probe", words, reps), SmemProbe(words, reps), fake_vector(Float32, 1),
-                        Int32(1), Float32(0.0), fake_stream())
+    return compile_once(("smem_probe", words, reps), lambda: (SmemProbe(words, reps), (
+        fake_vector(Float32, 1), Int32(1), Float32(0.0), fake_stream())))
 
 
 class Chase:
@@ -149,8 +149,8 @@ class Chase:
 
 
 def compile_chase(in_smem: bool = False, smem_len: int = 0):
-    return compile_once(("chase", in_smem, smem_len), Chase(in_smem, smem_len),
-                        fake_vector(Int32, cute.sym_int()), fake_vector(Int32, 1), Int32(1), fake_stream())
+    return compile_once(("chase", in_smem, smem_len), lambda: (Chase(in_smem, smem_len), (
+        fake_vector(Int32, cute.sym_int()), fake_vector(Int32, 1), Int32(1), fake_stream())))
 
 
 def make_chain(n_elems: int, stride_elems: int, device="cuda", seed: int = 0) -> torch.Tensor:

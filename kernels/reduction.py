@@ -46,9 +46,9 @@ def compile_reduce(dtype: torch.dtype, n: int, op: str = "sum", *, max_tier: str
     cfg = config or reduce_config(n, dtype, max_tier=max_tier, stream=stream, vec=vec)
     ct = TORCH_TO_CUTE[dtype]
     key = ("reduce_rows", op, str(dtype), n, cfg, stream)
-    kernel = RowReduce(ct, n, cfg, OPS[op], keep_row=not stream)
-    return compile_once(key, kernel, fake_rows(ct, n, cfg.vec), fake_vector(Float32, cute.sym_int()),
-                        None, None, None, Float32(0.0), fake_stream())
+    return compile_once(key, lambda: (RowReduce(ct, n, cfg, OPS[op], keep_row=not stream), (
+        fake_rows(ct, n, cfg.vec), fake_vector(Float32, cute.sym_int()), None, None, None, Float32(0.0),
+        fake_stream())))
 
 
 def reduce_rows(x: torch.Tensor, op: str = "sum", *, max_tier: str = "cluster", stream: bool = False,

@@ -36,9 +36,9 @@ def compile_rmsnorm(dtype: torch.dtype, n: int, has_weight: bool = True, *, conf
     cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=True, vec=vec)
     ct = TORCH_TO_CUTE[dtype]
     key = ("rmsnorm", str(dtype), n, cfg, has_weight)
-    w = fake_vector(ct, n, cfg.vec) if has_weight else None
-    return compile_once(key, RMSNorm(ct, n, cfg), fake_rows(ct, n, cfg.vec), fake_rows(ct, n, cfg.vec),
-                        w, None, None, Float32(1e-6), fake_stream())
+    return compile_once(key, lambda: (RMSNorm(ct, n, cfg), (
+        fake_rows(ct, n, cfg.vec), fake_rows(ct, n, cfg.vec), fake_vector(ct, n, cfg.vec) if has_weight else None,
+        None, None, Float32(1e-6), fake_stream())))
 
 
 def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor, eps: float = 1e-6,

@@ -24,6 +24,10 @@ from cutlass import Float32, Int64, const_expr
 from .config import RowConfig
 from .reduce import Combine, cluster_reduce_setup, row_reduce, slot_width
 
+#: Load a weight row before the reduction only when a thread holds at most this many
+#: elements (registers to spare); otherwise after it.
+PREFETCH_WEIGHT_MAX_ELEMS = 32
+
 
 def make_row_copy(dtype, cfg: RowConfig, coalesced: bool = True) -> cute.TiledCopy:
     """The thread-value layout of a row tile: threads ``(rows_per_block, threads_per_row)``
@@ -80,6 +84,15 @@ class RowKernel:
 
     def scalar_epilogue(self, result, row, mX, mT, mErr, scalar):
         raise NotImplementedError
+
+    def load_weight(self, mW, shape, tiler_mn, bidx, tile, thr, load, tXpX):
+        """This thread's share of a length-N weight, as fp32: the weight viewed as an
+        (M, N) tensor with row stride 0, partitioned exactly like the input."""
+        mW2 = cute.make_tensor(mW.iterator, cute.make_layout(shape, stride=(0, 1)))
+        tXgW = thr.partition_S(cute.local_tile(mW2, tiler_mn, (bidx, None))[None, None, tile])
+        tXrW = cute.make_rmem_tensor_like(tXgW)
+        cute.copy(load, tXgW, tXrW, pred=tXpX)
+        return tXrW.load().to(Float32)
 
     # ---- host side ---------------------------------------------------------------
     @cute.jit
@@ -154,21 +167,22 @@ class RowKernel:
                 cute.copy(load, tXgX_p, tXrX_p, pred=tXpX_p)
             state = op.combine(state, op.fold(self.transform(tXrX_p.load().to(Float32))))
 
-        # The weight (a row broadcast over M) is loaded before the reduction so its
-        # latency hides behind the exchange.
+        # The weight (a row broadcast over M). With few elements a thread it is loaded
+        # before the reduction, its latency hidden behind the exchange; with many, after
+        # it, so that it holds no registers across the exchange (fp32 rows at N = 256k
+        # would otherwise need 64 more registers a thread).
+        prefetch_w = const_expr(cfg.elems_per_thread <= PREFETCH_WEIGHT_MAX_ELEMS)
         w = None
-        if const_expr(mW is not None):
-            mW2 = cute.make_tensor(mW.iterator, cute.make_layout(mX.shape, stride=(0, 1)))
-            tXgW = thr.partition_S(cute.local_tile(mW2, tiler_mn, (bidx, None))[None, None, tile])
-            tXrW = cute.make_rmem_tensor_like(tXgW)
-            cute.copy(load, tXgW, tXrW, pred=tXpX)
-            w = tXrW.load().to(Float32)
+        if const_expr(mW is not None and prefetch_w):
+            w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
 
         # 2. the tiers above the thread
         result = row_reduce(state, op, cfg.threads_per_row, cfg.cluster_n, buf, mbar)
 
         # 3. epilogue
         if const_expr(self.writes_rows):
+            if const_expr(mW is not None and not prefetch_w):
+                w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
             y = self.row_epilogue(x, result, w, scalar)
             tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
             tXrO = cute.make_rmem_tensor_like(tXgO)

@@ -34,8 +34,8 @@ def compile_softmax(dtype: torch.dtype, n: int, *, config: RowConfig | None = No
     cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=True, vec=vec)
     ct = TORCH_TO_CUTE[dtype]
     key = ("softmax", str(dtype), n, cfg)
-    return compile_once(key, Softmax(ct, n, cfg), fake_rows(ct, n, cfg.vec), fake_rows(ct, n, cfg.vec),
-                        None, None, None, Float32(0.0), fake_stream())
+    return compile_once(key, lambda: (Softmax(ct, n, cfg), (
+        fake_rows(ct, n, cfg.vec), fake_rows(ct, n, cfg.vec), None, None, None, Float32(0.0), fake_stream())))
 
 
 def softmax_out(x: torch.Tensor, out: torch.Tensor, config: RowConfig | None = None) -> torch.Tensor:

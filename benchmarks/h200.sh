@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# What runs on the H200 (the `device` tool), in stages that each fit one call:
+#   bash benchmarks/h200.sh tests       GPU tests (everything that launches a kernel)
+#   bash benchmarks/h200.sh suites A..  benchmark suites into book/data
+#   bash benchmarks/h200.sh notebooks   execute every chapter in place, then nbval them
+# Logs and results are packed into $OUT/<stage>.tgz.
+set -uo pipefail
+stage=$1; shift
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+log=/tmp/h200-$stage; mkdir -p "$log"
+case $stage in
+  tests)
+    python3 -m pytest -q -p no:cacheprovider tests --ignore=tests/test_book.py --ignore=tests/test_inspect.py \
+      --ignore=tests/test_config.py --ignore=tests/test_validation.py 2>&1 | tee "$log/tests.log" | tail -15 ;;
+  suites)
+    python3 -m benchmarks.run "$@" 2>&1 | tee "$log/suites.log" | grep -E "ceilings|wrote|Error" ;
+    cp book/data/*.csv book/data/*.json "$log/" ;;
+  notebooks)
+    for nb in book/[0-9]*.ipynb; do
+      t0=$(date +%s)
+      python3 - "$nb" <<'PY' 2>&1 | tail -3
+import sys, nbformat, nbclient
+p = sys.argv[1]
+nb = nbformat.read(p, 4)
+nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": "book"}}).execute()
+nbformat.write(nb, p)
+PY
+      echo "$nb executed in $(( $(date +%s) - t0 )) s" | tee -a "$log/notebooks.log"
+    done
+    cp book/[0-9]*.ipynb "$log/"
+    python3 -m pytest --nbval-lax -p no:cacheprovider --durations=0 book/[0-9]*.ipynb 2>&1 | tee "$log/nbval.log" | tail -25 ;;
+esac
+tar czf "$OUT/$stage.tgz" -C "$log" .

@@ -99,7 +99,7 @@ def compile_op(op: str, dtype: str, n: int, **kw):
     if op in ("reduce_sum", "reduce_max"):
         from .reduction import compile_reduce
         return compile_reduce(tdt, n, op.split("_")[1], max_tier=kw.get("max_tier", "cluster"),
-                              stream=kw.get("stream", False), config=kw.get("config"))
+                              stream=kw.get("stream", True), config=kw.get("config"))
     if op == "rmsnorm":
         from .rmsnorm import compile_rmsnorm
         return compile_rmsnorm(tdt, n, config=kw.get("config"))
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--arch", default=None, help="target, e.g. sm_90a (default: the GPU's, or sm_90a without one)")
     p.add_argument("--ptx", action="store_true", help="print the PTX too")
     p.add_argument("--max-tier", default="cluster", choices=("thread", "warp", "block", "cluster"))
-    p.add_argument("--stream", action="store_true", help="row reductions: fold the row pass by pass")
+    p.add_argument("--keep", action="store_true", help="row reductions: hold the whole row in registers")
     p.add_argument("--bits", type=int, default=128, help="copy: bits per access")
     p.add_argument("--strided", action="store_true", help="copy: uncoalesced thread order")
     a = p.parse_args(argv)
@@ -144,7 +144,8 @@ def main(argv=None) -> int:
         import torch
         if not torch.cuda.is_available():
             os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    rep = inspect_op(a.op, a.dtype, a.n, max_tier=a.max_tier, stream=a.stream, bits=a.bits, coalesced=not a.strided)
+    rep = inspect_op(a.op, a.dtype, a.n, max_tier=a.max_tier, stream=not a.keep, bits=a.bits,
+                     coalesced=not a.strided)
     print(rep)
     if a.ptx:
         print(rep.ptx)

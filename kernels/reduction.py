@@ -2,8 +2,10 @@
 
 The kernel that chapters 3-6 take apart: the row is loaded once with 128-bit loads
 into registers and reduced tier by tier. ``max_tier`` caps the highest tier used,
-so a chapter can show what each tier buys; ``stream=True`` folds the row pass by
-pass instead of holding all of it in registers.
+so a chapter can show what each tier buys. A reduction needs its row only once, so
+by default (``stream=True``) it folds the row pass by pass; ``stream=False`` holds
+the whole row in registers at once, as RMSNorm and softmax must (and shows where a
+tier runs out of registers).
 """
 from __future__ import annotations
 
@@ -33,13 +35,13 @@ class RowReduce(RowKernel):
         return result[0]
 
 
-def reduce_config(n: int, dtype: torch.dtype, *, max_tier: str = "cluster", stream: bool = False,
+def reduce_config(n: int, dtype: torch.dtype, *, max_tier: str = "cluster", stream: bool = True,
                   vec: int | None = None) -> RowConfig:
     return row_config(n, torch.finfo(dtype).bits, keep_row=not stream, vec=vec, max_tier=max_tier)
 
 
 def compile_reduce(dtype: torch.dtype, n: int, op: str = "sum", *, max_tier: str = "cluster",
-                   stream: bool = False, config: RowConfig | None = None, vec: int | None = None):
+                   stream: bool = True, config: RowConfig | None = None, vec: int | None = None):
     """Compile (once) the row reduction for rows of n elements; usable without a GPU."""
     if op not in OPS:
         raise ValueError(f"op must be one of {sorted(OPS)}, got {op!r}")
@@ -51,7 +53,7 @@ def compile_reduce(dtype: torch.dtype, n: int, op: str = "sum", *, max_tier: str
         fake_stream())))
 
 
-def reduce_rows(x: torch.Tensor, op: str = "sum", *, max_tier: str = "cluster", stream: bool = False,
+def reduce_rows(x: torch.Tensor, op: str = "sum", *, max_tier: str = "cluster", stream: bool = True,
                 config: RowConfig | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """Reduce each row of x (..., N) with ``op`` ("sum" or "max"); returns fp32 of shape x.shape[:-1]."""
     validate.check_rows(x)

@@ -58,7 +58,7 @@ def test_each_tier_compiles(tier, dtype, n):
 
 def test_block_tier_spills_when_a_block_holds_the_whole_row():
     """Chapter 5's claim: one block cannot keep a 256k-element fp32 row in registers."""
-    rep = inspect_op("reduce_sum", "fp32", 262144, max_tier="block")
+    rep = inspect_op("reduce_sum", "fp32", 262144, max_tier="block", stream=False)
     assert rep.frame_bytes > 0
 
 

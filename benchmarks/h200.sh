@@ -10,10 +10,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log=/tmp/h200-$stage; mkdir -p "$log"
 case $stage in
   tests)
-    python3 -m pytest -q -p no:cacheprovider tests --ignore=tests/test_book.py --ignore=tests/test_inspect.py \
-      --ignore=tests/test_config.py --ignore=tests/test_validation.py 2>&1 | tee "$log/tests.log" | tail -15 ;;
+    timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider tests --ignore=tests/test_book.py \
+      --ignore=tests/test_inspect.py --ignore=tests/test_config.py --ignore=tests/test_validation.py "$@" 2>&1 \
+      | tee "$log/tests.log" | tail -15 ;;
   suites)
-    python3 -m benchmarks.run "$@" 2>&1 | tee "$log/suites.log" | grep -E "ceilings|wrote|Error" ;
+    timeout "${SUITE_TIMEOUT:-560}" python3 -m benchmarks.run "$@" 2>&1 | tee "$log/suites.log" \
+      | grep -E "ceilings|wrote|Error" ;
     cp book/data/*.csv book/data/*.json "$log/" ;;
   notebooks)
     for nb in book/[0-9]*.ipynb; do
@@ -28,6 +30,9 @@ PY
       echo "$nb executed in $(( $(date +%s) - t0 )) s" | tee -a "$log/notebooks.log"
     done
     cp book/[0-9]*.ipynb "$log/"
-    python3 -m pytest --nbval-lax -p no:cacheprovider --durations=0 book/[0-9]*.ipynb 2>&1 | tee "$log/nbval.log" | tail -25 ;;
+    # nbval re-executes each chapter in a fresh kernel; files in parallel (their timing
+    # cells are not compared), cells of one file in order.
+    python3 -m pytest --nbval-lax -p no:cacheprovider -n 5 --dist loadfile --durations=0 book/[0-9]*.ipynb 2>&1 \
+      | tee "$log/nbval.log" | tail -25 ;;
 esac
 tar czf "$OUT/$stage.tgz" -C "$log" .

@@ -2,7 +2,7 @@
 # What runs on the H200 (the `device` tool), in stages that each fit one call:
 #   bash benchmarks/h200.sh tests       GPU tests (everything that launches a kernel)
 #   bash benchmarks/h200.sh suites A..  benchmark suites into book/data
-#   bash benchmarks/h200.sh notebooks   execute every chapter in place, then nbval them
+#   bash benchmarks/h200.sh notebooks [NB ...]   execute chapters in place (all by default), then nbval them
 # Logs and results are packed into $OUT/<stage>.tgz.
 set -uo pipefail
 stage=$1; shift
@@ -18,7 +18,8 @@ case $stage in
       | grep -E "ceilings|wrote|Error" ;
     cp book/data/*.csv book/data/*.json "$log/" ;;
   notebooks)
-    for nb in book/[0-9]*.ipynb; do
+    nbs=("$@"); [ ${#nbs[@]} -gt 0 ] || nbs=(book/[0-9]*.ipynb)
+    for nb in "${nbs[@]}"; do
       t0=$(date +%s)
       python3 - "$nb" <<'PY' 2>&1 | tail -3
 import sys, nbformat, nbclient
@@ -29,10 +30,10 @@ nbformat.write(nb, p)
 PY
       echo "$nb executed in $(( $(date +%s) - t0 )) s" | tee -a "$log/notebooks.log"
     done
-    cp book/[0-9]*.ipynb "$log/"
+    cp "${nbs[@]}" "$log/"
     # nbval re-executes each chapter in a fresh kernel; files in parallel (their timing
     # cells are not compared), cells of one file in order.
-    python3 -m pytest --nbval-lax -p no:cacheprovider -n 5 --dist loadfile --durations=0 book/[0-9]*.ipynb 2>&1 \
+    python3 -m pytest --nbval-lax -p no:cacheprovider -n 5 --dist loadfile --durations=0 "${nbs[@]}" 2>&1 \
       | tee "$log/nbval.log" | tail -25 ;;
 esac
 tar czf "$OUT/$stage.tgz" -C "$log" .

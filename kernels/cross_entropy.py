@@ -17,8 +17,9 @@ import math
 
 import torch
 
+import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, Int64
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
@@ -32,16 +33,25 @@ class CrossEntropy(RowKernel):
     keep_row = False
     writes_rows = False
 
+    def prefetch(self, mX, mT, row, m):
+        """The row's target and its logit, read before the row is reduced so that this
+        dependent pair of loads overlaps the row's loads instead of following them.
+        Indices are clamped so the loads are always in bounds; the epilogue decides."""
+        row_c = cutlass.min(row, m - 1)
+        target = Int64(mT[row_c])  # all 64 bits: a huge target must not alias a valid one
+        safe = Int32(cutlass.max(cutlass.min(target, Int64(self.n - 1)), Int64(0)))
+        return target, Float32(mX[row_c, safe])
+
     @cute.jit
-    def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index):
+    def scalar_epilogue(self, result, row, pre, mErr, ignore_index):
         row_max, denom = result
-        target = Int32(mT[row])
+        target, x_target = pre
         loss = Float32(0.0)
-        if target != ignore_index:
+        if target != Int64(ignore_index):
             if target >= 0 and target < self.n:
                 # (max - x_t) first: both are logits of this row, so when they are large
                 # and close the difference is exact, and log(sum) adds only its own error.
-                loss = (row_max - Float32(mX[row, target])) + cute.math.log(denom, fastmath=False)
+                loss = (row_max - x_target) + cute.math.log(denom, fastmath=False)
             else:
                 loss = Float32(math.nan)
                 mErr[0] = Int32(1)

@@ -64,6 +64,10 @@ def test_out_of_range_target_raises():
     t[3] = -5
     with pytest.raises(ValueError, match="ignore_index"):
         cross_entropy(x, t)
+    t[3] = (1 << 32) + 3  # must not wrap around to the valid class 3
+    with pytest.raises(ValueError, match="ignore_index"):
+        cross_entropy(x, t)
+    t[3] = -5
     loss = cross_entropy(x, t, reduction="none", check_target=False)
     assert torch.isnan(loss[3]) and torch.isfinite(loss[torch.arange(16, device="cuda") != 3]).all()
 

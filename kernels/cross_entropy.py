@@ -9,7 +9,8 @@ Accumulation is fp32 whatever the input dtype.
 Targets outside [0, N) that are not ``ignore_index`` give a NaN loss and raise a
 flag on the device; ``cross_entropy`` reads the flag after the launch (one 4-byte
 copy) and raises ``ValueError``. Pass ``check_target=False`` to skip that sync
-(e.g. under CUDA graphs): bad rows then stay NaN, never silent garbage.
+(e.g. under CUDA graphs): bad rows then stay NaN. The kernel compares targets as
+32-bit integers, so unchecked int64 targets must lie in the int32 range.
 """
 from __future__ import annotations
 
@@ -17,9 +18,8 @@ import math
 
 import torch
 
-import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import Float32, Int32
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
@@ -33,25 +33,16 @@ class CrossEntropy(RowKernel):
     keep_row = False
     writes_rows = False
 
-    def prefetch(self, mX, mT, row, m):
-        """The row's target and its logit, read before the row is reduced so that this
-        dependent pair of loads overlaps the row's loads instead of following them.
-        Indices are clamped so the loads are always in bounds; the epilogue decides."""
-        row_c = cutlass.min(row, m - 1)
-        target = Int64(mT[row_c])  # all 64 bits: a huge target must not alias a valid one
-        safe = Int32(cutlass.max(cutlass.min(target, Int64(self.n - 1)), Int64(0)))
-        return target, Float32(mX[row_c, safe])
-
     @cute.jit
-    def scalar_epilogue(self, result, row, pre, mErr, ignore_index):
+    def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index):
         row_max, denom = result
-        target, x_target = pre
+        target = Int32(mT[row])
         loss = Float32(0.0)
-        if target != Int64(ignore_index):
+        if target != ignore_index:
             if target >= 0 and target < self.n:
                 # (max - x_t) first: both are logits of this row, so when they are large
                 # and close the difference is exact, and log(sum) adds only its own error.
-                loss = (row_max - x_target) + cute.math.log(denom, fastmath=False)
+                loss = (row_max - Float32(mX[row, target])) + cute.math.log(denom, fastmath=False)
             else:
                 loss = Float32(math.nan)
                 mErr[0] = Int32(1)
@@ -101,7 +92,10 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         vec = vector_width(n, bits, logits.stride(0), validate.ptr_align(logits))
         kernel = compile_cross_entropy(logits.dtype, n, target.dtype, config=config, vec=vec)
         kernel(logits, loss, None, target_c, err, int(ignore_index))
-        if check_target and err.item():
+        # The kernel compares targets as 32-bit integers; an int64 target outside that range
+        # would alias a valid class, so the checked path also looks for those (same sync).
+        if check_target and (err[0] + (target_c.dtype == torch.int64 and
+                                       (target_c != target_c.to(torch.int32).to(torch.int64)).any())).item():
             bad = target_c[((target_c < 0) | (target_c >= n)) & (target_c != ignore_index)]
             raise ValueError(f"target values must be in [0, {n}) or ignore_index={ignore_index}; "
                              f"got e.g. {bad[:4].tolist()}")

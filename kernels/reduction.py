@@ -31,7 +31,7 @@ class RowReduce(RowKernel):
         super().__init__(dtype, n, cfg)
 
     @cute.jit
-    def scalar_epilogue(self, result, row, pre, mErr, scalar):
+    def scalar_epilogue(self, result, row, mX, mT, mErr, scalar):
         return result[0]
 
 

@@ -82,11 +82,7 @@ class RowKernel:
     def row_epilogue(self, x, result, w, scalar):
         raise NotImplementedError
 
-    def prefetch(self, mX, mT, row, m):
-        """Per-row values the scalar epilogue needs, read at the start (default: none)."""
-        return None
-
-    def scalar_epilogue(self, result, row, pre, mErr, scalar):
+    def scalar_epilogue(self, result, row, mX, mT, mErr, scalar):
         raise NotImplementedError
 
     def load_weight(self, mW, shape, tiler_mn, bidx, tile, thr, load, tXpX):
@@ -157,8 +153,6 @@ class RowKernel:
             tXrX.fill(op.pad)
         if tXcX[0][0] < m:
             cute.copy(load, tXgX, tXrX, pred=tXpX)
-        # Per-row scalars the epilogue needs, loaded now so their latency overlaps the row's.
-        pre = self.prefetch(mX, mT, bidx * cfg.rows_per_block + tidx // cfg.threads_per_row, m)
         x = self.transform(tXrX.load().to(Float32))
         state = op.fold(x)
         for p in cutlass.range(1, cfg.passes, unroll=2):
@@ -198,4 +192,4 @@ class RowKernel:
         else:
             row = bidx * cfg.rows_per_block + tidx // cfg.threads_per_row
             if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
-                mO[row] = self.scalar_epilogue(result, row, pre, mErr, scalar)
+                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar)

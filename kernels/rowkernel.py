@@ -85,6 +85,18 @@ class RowKernel:
     def scalar_epilogue(self, result, row, mX, mT, mErr, scalar):
         raise NotImplementedError
 
+    def row_tile(self, gX, cX, tile, thr, even_n):
+        """This thread's view of column tile ``tile`` of its rows: global source, coordinates,
+        per-access predicate (None when N fills every tile) and a register fragment that
+        holds the op's neutral value wherever the load is predicated off."""
+        tXgX = thr.partition_S(gX[None, None, tile])
+        tXcX = thr.partition_S(cX[None, None, tile])
+        tXpX = None if even_n else column_predicate(tXcX, self.n)
+        tXrX = cute.make_rmem_tensor_like(tXgX)
+        if not even_n:
+            tXrX.fill(self.op.pad)
+        return tXgX, tXcX, tXpX, tXrX
+
     def load_weight(self, mW, shape, tiler_mn, bidx, tile, thr, load, tXpX):
         """This thread's share of a length-N weight, as fp32: the weight viewed as an
         (M, N) tensor with row stride 0, partitioned exactly like the input."""
@@ -145,24 +157,13 @@ class RowKernel:
         # 1. load the row into registers and fold it (thread tier). A kept row is one
         # pass; a streamed row loops over passes, carrying only the folded tuple.
         tile = rank
-        tXgX = thr.partition_S(gX[None, None, tile])
-        tXcX = thr.partition_S(cX[None, None, tile])
-        tXpX = None if const_expr(even_n) else column_predicate(tXcX, n)
-        tXrX = cute.make_rmem_tensor_like(tXgX)
-        if const_expr(not even_n):
-            tXrX.fill(op.pad)
+        tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
         if tXcX[0][0] < m:
             cute.copy(load, tXgX, tXrX, pred=tXpX)
         x = self.transform(tXrX.load().to(Float32))
         state = op.fold(x)
         for p in cutlass.range(1, cfg.passes, unroll=2):
-            tile_p = p * cfg.cluster_n + rank
-            tXgX_p = thr.partition_S(gX[None, None, tile_p])
-            tXcX_p = thr.partition_S(cX[None, None, tile_p])
-            tXpX_p = None if const_expr(even_n) else column_predicate(tXcX_p, n)
-            tXrX_p = cute.make_rmem_tensor_like(tXgX_p)
-            if const_expr(not even_n):
-                tXrX_p.fill(op.pad)
+            tXgX_p, tXcX_p, tXpX_p, tXrX_p = self.row_tile(gX, cX, p * cfg.cluster_n + rank, thr, even_n)
             if tXcX_p[0][0] < m:
                 cute.copy(load, tXgX_p, tXrX_p, pred=tXpX_p)
             state = op.combine(state, op.fold(self.transform(tXrX_p.load().to(Float32))))

@@ -12,8 +12,14 @@ PY     := $(VENV)/bin/python
 HAS_GPU  := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TEST_ENV := $(if $(HAS_GPU),,CUTE_DSL_ARCH=sm_90a)
 
-# The install is redone only when requirements.txt or pyproject.toml change.
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)
+# The DSL's CUDA libraries: cu13 by default, the toolkit of the H200 the book is measured
+# on (driver 580), so that GPU-free compiles (PTX, registers, spills) match what runs there.
+# On a machine with a CUDA 12 driver: `make venv DSL_CUDA=cu12`.
+DSL_CUDA ?= cu13
+DSL_EXTRA := $(if $(filter cu13,$(DSL_CUDA)),"nvidia-cutlass-dsl[cu13]==4.8.1",)
+
+# The install is redone only when requirements.txt, pyproject.toml or DSL_CUDA change.
+STAMP := $(VENV)/.installed-$(shell (cat requirements.txt pyproject.toml; echo $(DSL_CUDA)) | sha256sum | cut -c1-16)
 
 NOTEBOOKS := $(wildcard book/*.ipynb)
 MYST      := $(wildcard book/*.myst.md)
@@ -28,7 +34,7 @@ $(STAMP):
 ifeq ($(HAS_GPU),)
 	$(PY) -m pip install -q torch==2.13.0
 endif
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt $(DSL_EXTRA)
 	$(PY) -m pip install -q --no-build-isolation -e .
 	rm -f $(VENV)/.installed-*
 	touch $@

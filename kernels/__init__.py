@@ -11,10 +11,20 @@ Public ops (CUDA tensors; fp32, bf16, fp16; rows of up to 262144 elements):
 Configuration (threads per row, cluster size, ...) comes from ``kernels.config``;
 ``python -m kernels.inspect`` shows what the compiler made of any op.
 """
-from .copy import copy
-from .cross_entropy import cross_entropy
-from .reduction import reduce_rows
-from .rmsnorm import rmsnorm
-from .softmax import softmax
+import os as _os
+
+if "CUTE_DSL_ARCH" not in _os.environ:
+    import torch as _torch
+
+    if not _torch.cuda.is_available():
+        # No GPU to detect: compile for the book's target (Hopper, sm_90a) rather than the
+        # DSL's own default. The DSL reads this once, so it is set before cutlass is imported.
+        _os.environ["CUTE_DSL_ARCH"] = "sm_90a"
+
+from .copy import copy  # noqa: E402
+from .cross_entropy import cross_entropy  # noqa: E402
+from .reduction import reduce_rows  # noqa: E402
+from .rmsnorm import rmsnorm  # noqa: E402
+from .softmax import softmax  # noqa: E402
 
 __all__ = ["copy", "reduce_rows", "rmsnorm", "softmax", "cross_entropy"]

@@ -138,12 +138,12 @@ def main(argv=None) -> int:
     p.add_argument("--bits", type=int, default=128, help="copy: bits per access")
     p.add_argument("--strided", action="store_true", help="copy: uncoalesced thread order")
     a = p.parse_args(argv)
-    if a.arch:
-        os.environ["CUTE_DSL_ARCH"] = a.arch
-    else:
-        import torch
-        if not torch.cuda.is_available():
-            os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    if a.arch and os.environ.get("CUTE_DSL_ARCH") != a.arch:
+        # The DSL reads its target once, when it is imported (kernels/__init__ already did):
+        # start again with the target in the environment.
+        env = dict(os.environ, CUTE_DSL_ARCH=a.arch)
+        args = sys.argv[1:] if argv is None else list(argv)
+        os.execve(sys.executable, [sys.executable, "-m", "kernels.inspect", *args], env)
     rep = inspect_op(a.op, a.dtype, a.n, max_tier=a.max_tier, stream=not a.keep, bits=a.bits,
                      coalesced=not a.strided)
     print(rep)

@@ -73,3 +73,16 @@ def test_cli_prints_a_report(capsys):
     assert main(["rmsnorm", "--dtype", "bf16", "--n", "8192"]) == 0
     out = capsys.readouterr().out
     assert "ld.global.v4.b32" in out and "registers/thread" in out
+
+
+def test_compiles_for_hopper():
+    """Without a GPU the package targets sm_90a (kernels/__init__), not the DSL's default."""
+    assert ".target sm_90a" in inspect_op("softmax", "bf16", 4096).ptx
+
+
+def test_cli_arch_flag_retargets(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "kernels.inspect", "copy", "--n", "4096", "--arch", "sm_90",
+                          "--ptx"], capture_output=True, text=True, timeout=300).stdout
+    assert ".target sm_90\n" in out

@@ -28,7 +28,6 @@ TORCH_TO_CUTE = {
     torch.int64: Int64,
     torch.int32: Int32,
 }
-CUTE_BY_NAME = {"fp32": Float32, "bf16": BFloat16, "fp16": Float16}
 NAME_BY_TORCH = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 TORCH_BY_NAME = {v: k for k, v in NAME_BY_TORCH.items()}
 

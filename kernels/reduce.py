@@ -83,7 +83,6 @@ SUMSQ = Combine("sumsq", (0.0,), lambda a, b: (a[0] + b[0],), _sumsq_fold, 0.0)
 MAX = Combine("max", (-math.inf,), lambda a, b: (cute.arch.fmax(a[0], b[0]),), _max_fold, -math.inf)
 LOGSUMEXP = Combine("logsumexp", (-math.inf, 0.0), _online_combine, _online_fold, -math.inf)
 
-COMBINES = {c.name: c for c in (SUM, SUMSQ, MAX, LOGSUMEXP)}
 
 
 def thread_reduce(x: cute.TensorSSA, op: Combine):

@@ -3,9 +3,10 @@
     python -m kernels.inspect softmax --dtype bf16 --n 65536
     python -m kernels.inspect copy --dtype fp32 --bits 64 --ptx
 
-prints the global load and store widths, shuffles, shared and distributed-shared
-memory operations, barriers, registers per thread and local-memory (spill) bytes of
-the kernel that op would launch for rows of N elements. Chapters call
+prints the global load and store widths, asynchronous copies (``cp.async``, with their
+sizes), shuffles, shared and distributed-shared memory operations, barriers, registers
+per thread and local-memory (spill) bytes of the kernel that op would launch for rows
+of N elements. Chapters call
 :func:`inspect_op` to show the machine code behind each claim; tests assert on it.
 """
 from __future__ import annotations
@@ -23,6 +24,8 @@ OPS = ("copy", "reduce_sum", "reduce_max", "rmsnorm", "softmax", "cross_entropy"
 _FAMILIES = {
     "global loads": r"ld\.global(\.nc)?(\.L1::\w+|\.L2::\w+)*\.(v[248]\.)?[bfsu]\d+",
     "global stores": r"st\.global(\.L1::\w+)*\.(v[248]\.)?[bfsu]\d+",
+    "async copies": r"cp\.async\.(ca|cg)\.shared(::cta)?\.global(\.L2::\w+)*",
+    "async copy groups": r"cp\.async\.(commit_group|wait_group|wait_all)",
     "warp shuffles": r"shfl\.sync\.\w+\.b32",
     "shared loads": r"ld\.shared(::cta)?\.(v[248]\.)?[bfsu]\d+",
     "shared stores": r"st\.shared(::cta)?\.(v[248]\.)?[bfsu]\d+",
@@ -34,6 +37,10 @@ _FAMILIES = {
     "mbarrier ops": r"mbarrier\.[\w.:]+",
     "local memory": r"(ld|st)\.local\.(v[248]\.)?[bfsu]\d+",
 }
+
+
+# The size in bytes of a cp.async is an operand, not part of the opcode.
+_CP_ASYNC_SIZE = re.compile(r"cp\.async\.(?:ca|cg)\.shared(?:::cta)?\.global[\w.:]*\s+\[[^\]]*\],\s*\[[^\]]*\],\s*(\d+)")
 
 
 def access_bits(opcode: str) -> int:
@@ -57,7 +64,14 @@ class Report:
     ptx: str = ""
 
     def widths(self, family: str) -> set:
+        """Access widths in bits of the instructions of ``family`` in the PTX."""
+        if family == "async copies":
+            return {8 * size for size in self.async_copy_bytes()}
         return {access_bits(op) for op in self.counts.get(family, {})}
+
+    def async_copy_bytes(self) -> Counter:
+        """cp.async instructions by the bytes each copies: e.g. {16: 8}."""
+        return Counter(int(m.group(1)) for m in _CP_ASYNC_SIZE.finditer(self.ptx))
 
     def has(self, family: str) -> bool:
         return bool(self.counts.get(family))
@@ -71,6 +85,8 @@ class Report:
             c = self.counts.get(fam)
             if c:
                 ops = ", ".join(f"{k} x{v}" for k, v in sorted(c.items()))
+                if fam == "async copies":
+                    ops += " (" + ", ".join(f"{b} B x{v}" for b, v in sorted(self.async_copy_bytes().items())) + ")"
                 lines.append(f"  {fam:<22} {ops}")
         return "\n".join(lines)
 

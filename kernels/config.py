@@ -16,7 +16,7 @@ Pass ``config=RowConfig(...)`` to any op to override the choice.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 #: Tiers of the reduction toolkit, lowest first.
 TIERS = ("thread", "warp", "block", "cluster")
@@ -26,14 +26,20 @@ MAX_CLUSTER = 16
 MAX_THREADS = 1024
 #: The largest row any kernel here accepts.
 MAX_N = 262144
+#: Shared memory one block may use on Hopper (opt-in maximum: 227 KiB of the SM's 228).
+MAX_SMEM_BYTES = 227 * 1024
+#: Where a kept row waits between its reduction and its epilogue: in registers (fp32) or
+#: staged in shared memory (in the input dtype).
+STAGES = ("reg", "smem")
 
 # The tables, by element width in bits. Rows are (largest N, threads per row, threads
-# per block, cluster size[, 128-bit accesses per thread per pass]); the first row whose
-# bound is >= N wins. Picked from `python -m benchmarks.sweep` on an H200 (book/data/
-# sweep.csv): the best configuration for RMSNorm and softmax together (keep) and for
-# cross-entropy (stream) at each N. What the data says: about four 128-bit accesses a
-# thread (64 bytes) and more, smaller blocks in a cluster beat fat blocks, until a
-# 262144-element row forces 64 elements a thread even with 16 blocks.
+# per block, cluster size[, stage]) for kept rows and (largest N, threads per row,
+# threads per block, cluster size, 128-bit accesses per thread per pass) for streamed
+# ones; the first row whose bound is >= N wins. Picked from `python -m benchmarks.sweep`
+# on an H200 (book/data/sweep.csv): the best configuration for RMSNorm and softmax
+# together (keep) and for cross-entropy (stream) at each N. What the data says: about
+# four 128-bit accesses a thread (64 bytes) and more, smaller blocks in a cluster beat
+# fat blocks, until a 262144-element row forces 64 elements a thread even with 16 blocks.
 KEEP_ROW_TABLE = {
     16: (
         (1024, 64, 128, 1),
@@ -78,7 +84,8 @@ STREAM_TABLE = {
         (262144, 256, 256, 4, 8),
     ),
 }
-#: A kept row may not give a thread more elements than this (255 registers in all).
+#: A row kept in registers may not give a thread more elements than this (255 registers
+#: in all). A row staged in shared memory is bounded by MAX_SMEM_BYTES instead.
 MAX_KEPT_ELEMS = 256
 
 
@@ -93,6 +100,9 @@ class RowConfig:
     vec:              elements per access (128 bits / element width at most)
     vecs_per_thread:  accesses each thread holds per pass
     passes:           times a block walks over its part of the row
+    stage:            where a kept row waits for the epilogue: "reg" (registers, as
+                      fp32) or "smem" (a shared-memory tile of the block's rows, in
+                      the input dtype); only ops that write rows may stage in smem
     """
 
     threads_per_row: int
@@ -101,6 +111,13 @@ class RowConfig:
     vec: int
     vecs_per_thread: int
     passes: int = 1
+    stage: str = "reg"
+
+    def __repr__(self) -> str:
+        # The stage is shown only when it is not the default, so that a register
+        # configuration reads as it always has.
+        names = [f.name for f in fields(self) if f.name != "stage" or self.stage != "reg"]
+        return f"RowConfig({', '.join(f'{k}={getattr(self, k)!r}' for k in names)})"
 
     @property
     def rows_per_block(self) -> int:
@@ -123,6 +140,15 @@ class RowConfig:
     def elems_per_thread(self) -> int:
         return self.vec * self.vecs_per_thread
 
+    def smem_bytes(self, elem_bits: int) -> int:
+        """Shared memory one block needs, an upper bound: the staged tile of
+        ``(rows_per_block, cols_per_pass)`` elements (stage "smem" only), the partials
+        of the block or cluster tier (at most four fp32 a slot), the cluster's
+        mbarrier, and up to 128 bytes of alignment before each of the first two."""
+        staged = self.rows_per_block * self.cols_per_pass * elem_bits // 8 if self.stage == "smem" else 0
+        partials = self.rows_per_block * self.warps_per_row * self.cluster_n * 16
+        return staged + 128 + partials + 128 + 8
+
     @property
     def max_tier(self) -> str:
         if self.cluster_n > 1:
@@ -133,8 +159,9 @@ class RowConfig:
             return "warp"
         return "thread"
 
-    def check(self, n: int) -> None:
-        """Raise ValueError if this configuration cannot cover a row of n elements."""
+    def check(self, n: int, elem_bits: int | None = None) -> None:
+        """Raise ValueError if this configuration cannot cover a row of n elements (of
+        ``elem_bits`` bits: then a staged tile must also fit in shared memory)."""
         p = self.threads_per_row
         if p < 1 or p & (p - 1) or p > MAX_THREADS:
             raise ValueError(f"threads_per_row must be a power of two <= {MAX_THREADS}, got {p}")
@@ -150,6 +177,14 @@ class RowConfig:
             raise ValueError(f"{self} covers {self.cols_covered} < N = {n} columns")
         if n % self.vec:
             raise ValueError(f"vec={self.vec} must divide N={n}")
+        if self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
+        if self.stage == "smem" and self.passes != 1:
+            raise ValueError("stage='smem' keeps the whole row: passes must be 1")
+        if elem_bits is not None and self.smem_bytes(elem_bits) > MAX_SMEM_BYTES:
+            raise ValueError(
+                f"{self} needs {self.smem_bytes(elem_bits)} bytes of shared memory per block for "
+                f"{elem_bits}-bit elements > {MAX_SMEM_BYTES}; use more blocks (cluster_n) or stage='reg'")
 
 
 def vector_width(n: int, elem_bits: int, row_stride: int | None = None, ptr_align: int = 16) -> int:
@@ -161,7 +196,7 @@ def vector_width(n: int, elem_bits: int, row_stride: int | None = None, ptr_alig
     return v
 
 
-def _lookup(table, elem_bits, n):
+def _lookup(table, elem_bits, n) -> tuple:
     for entry in table[16 if elem_bits <= 16 else 32]:
         if n <= entry[0]:
             return entry[1:]
@@ -179,6 +214,7 @@ def row_config(
     keep_row: bool,
     vec: int | None = None,
     max_tier: str = "cluster",
+    stage: str | None = None,
 ) -> RowConfig:
     """Pick the configuration for a row of ``n`` elements of ``elem_bits`` bits.
 
@@ -187,6 +223,9 @@ def row_config(
     max_tier: the highest tier of the reduction the kernel may use ("thread", "warp",
               "block" or "cluster"); capping it shows what each tier buys, at the
               cost of more elements per thread (or more passes).
+    stage:    where a kept row waits for its epilogue, "reg" or "smem"; None takes the
+              table's choice. A kept row reduction has no epilogue that reads the row
+              and asks for "reg".
     """
     if not 1 <= n <= MAX_N:
         raise ValueError(f"N must be in [1, {MAX_N}], got {n}")
@@ -194,8 +233,11 @@ def row_config(
         raise ValueError(f"max_tier must be one of {TIERS}, got {max_tier!r}")
     vec = vec or vector_width(n, elem_bits)
     nvec = n // vec
+    if stage is not None and stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     if keep_row:
-        tpr, tpb, cluster = _lookup(KEEP_ROW_TABLE, elem_bits, n)
+        tpr, tpb, cluster, *table_stage = _lookup(KEEP_ROW_TABLE, elem_bits, n)
+        stage = stage or (table_stage[0] if table_stage else "reg")
         stream_vecs = None
     else:
         tpr, tpb, cluster, stream_vecs = _lookup(STREAM_TABLE, elem_bits, n)
@@ -214,11 +256,18 @@ def row_config(
     cluster = min(cluster, _next_pow2(math.ceil(nvec / tpr)))
     if keep_row:
         per_thread = math.ceil(nvec / (tpr * cluster))
-        if per_thread * vec > MAX_KEPT_ELEMS:
+        cfg = RowConfig(tpr, tpb, cluster, vec, per_thread, 1, stage)
+        if stage == "reg" and per_thread * vec > MAX_KEPT_ELEMS:
             raise ValueError(
                 f"a row of {n} elements does not fit in registers with max_tier={max_tier!r} "
                 f"({per_thread * vec} elements per thread > {MAX_KEPT_ELEMS}); stream it instead")
-        return RowConfig(tpr, tpb, cluster, vec, per_thread, 1)
+        if stage == "smem" and cfg.smem_bytes(elem_bits) > MAX_SMEM_BYTES:
+            raise ValueError(
+                f"a row of {n} elements does not fit in shared memory with max_tier={max_tier!r} "
+                f"({cfg.smem_bytes(elem_bits)} bytes per block > {MAX_SMEM_BYTES}); stream it instead")
+        return cfg
+    if stage == "smem":
+        raise ValueError("stage='smem' is for kept rows (keep_row=True)")
     if tpb > 512:  # 1024-thread blocks get 64 registers a thread: half the bytes in flight
         stream_vecs = max(1, stream_vecs // 2)
     per_thread = min(stream_vecs, math.ceil(nvec / (tpr * cluster)))
@@ -233,8 +282,9 @@ def with_overrides(cfg: RowConfig, **kw) -> RowConfig:
 def print_table(elem_bits: int = 16, keep_row: bool = True, ns=None) -> None:
     """Print the configuration every N gets, as a reader would want to see it."""
     ns = ns or [2**k for k in range(6, 19)]
-    print(f"{'N':>8} {'thr/row':>8} {'thr/blk':>8} {'cluster':>8} {'vec':>4} {'elems/thr':>10} {'passes':>7} {'tier':>8}")
+    print(f"{'N':>8} {'thr/row':>8} {'thr/blk':>8} {'cluster':>8} {'vec':>4} {'elems/thr':>10} {'passes':>7} {'tier':>8}"
+          f" {'stage':>6}")
     for n in ns:
         c = row_config(n, elem_bits, keep_row=keep_row)
         print(f"{n:>8} {c.threads_per_row:>8} {c.threads_per_block:>8} {c.cluster_n:>8} {c.vec:>4}"
-              f" {c.elems_per_thread:>10} {c.passes:>7} {c.max_tier:>8}")
+              f" {c.elems_per_thread:>10} {c.passes:>7} {c.max_tier:>8} {c.stage:>6}")

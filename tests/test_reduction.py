@@ -2,8 +2,7 @@
 import pytest
 import torch
 
-from kernels.config import row_config
-from kernels.reduction import reduce_rows, reduce_rows_reference
+from kernels.reduction import reduce_config, reduce_rows, reduce_rows_reference
 
 from _grid import DTYPES, NS, ms_for
 from _gpu import requires_gpu
@@ -33,7 +32,7 @@ def test_full_kernel(op, n, dtype):
 @pytest.mark.parametrize("stream", [False, True])
 def test_each_tier(tier, n, stream):
     try:
-        row_config(n, 32, keep_row=not stream, max_tier=tier)
+        reduce_config(n, torch.float32, max_tier=tier, stream=stream)
     except ValueError:  # a row this long does not fit in this tier's registers: a clear error
         with pytest.raises(ValueError, match="does not fit"):
             reduce_rows(torch.randn(3, n, device="cuda"), max_tier=tier, stream=stream)

@@ -18,8 +18,15 @@ TEST_ENV := $(if $(HAS_GPU),,CUTE_DSL_ARCH=sm_90a)
 DSL_CUDA ?= cu13
 DSL_EXTRA := $(if $(filter cu13,$(DSL_CUDA)),"nvidia-cutlass-dsl[cu13]==4.8.1",)
 
-# The install is redone only when requirements.txt, pyproject.toml or DSL_CUDA change.
-STAMP := $(VENV)/.installed-$(shell (cat requirements.txt pyproject.toml; echo $(DSL_CUDA)) | sha256sum | cut -c1-16)
+# cuTile (kernels/mamba2) is the optional extra `.[tile]`: cuda-tile 1.7.0 and its compiler
+# tileiras with libnvvm and ptxas 13.4, all pip wheels. Installed by default without a GPU, so that
+# `make test` compiles the cuTile kernels to sm_90 cubins; on a GPU machine `make venv TILE=1`
+# (launching cuTile kernels needs a CUDA 13 driver, r580 or later).
+TILE ?= $(if $(HAS_GPU),0,1)
+PKG  := $(if $(filter 1,$(TILE)),".[tile]",.)
+
+# The install is redone only when requirements.txt, pyproject.toml, DSL_CUDA or TILE change.
+STAMP := $(VENV)/.installed-$(shell (cat requirements.txt pyproject.toml; echo $(DSL_CUDA) $(TILE)) | sha256sum | cut -c1-16)
 
 NOTEBOOKS := $(wildcard book/*.ipynb)
 MYST      := $(wildcard book/*.myst.md)
@@ -35,7 +42,7 @@ ifeq ($(HAS_GPU),)
 	$(PY) -m pip install -q torch==2.13.0
 endif
 	$(PY) -m pip install -q -r requirements.txt $(DSL_EXTRA)
-	$(PY) -m pip install -q --no-build-isolation -e .
+	$(PY) -m pip install -q --no-build-isolation -e $(PKG)
 	rm -f $(VENV)/.installed-*
 	touch $@
 

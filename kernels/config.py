@@ -10,6 +10,8 @@ cross-entropy). All of that lives in the table below, as data:
     >>> from kernels.config import row_config, print_table
     >>> row_config(65536, 16, keep_row=True)
     RowConfig(threads_per_row=256, threads_per_block=256, cluster_n=8, vec=8, vecs_per_thread=4, passes=1)
+    >>> row_config(262144, 16, keep_row=True)
+    RowConfig(threads_per_row=256, threads_per_block=256, cluster_n=16, vec=8, vecs_per_thread=8, passes=1, stage='smem')
 
 Pass ``config=RowConfig(...)`` to any op to override the choice.
 """
@@ -40,6 +42,13 @@ STAGES = ("reg", "smem")
 # together (keep) and for cross-entropy (stream) at each N. What the data says: about
 # four 128-bit accesses a thread (64 bytes) and more, smaller blocks in a cluster beat
 # fat blocks, until a 262144-element row forces 64 elements a thread even with 16 blocks.
+#
+# The stage (default "reg") says where the kept row waits for its epilogue. In registers
+# a 128k/256k row costs 64-127 registers a thread, so only 2-4 blocks fit an SM; staged
+# in shared memory (cp.async, read back for the fold and again for the epilogue) it
+# costs 16-64 KiB of shared memory a block and few registers. The longest rows use
+# "smem"; their (threads, cluster) are the register design's, still to be swept with
+# the stage (`python -m benchmarks.sweep --smem`).
 KEEP_ROW_TABLE = {
     16: (
         (1024, 64, 128, 1),
@@ -48,8 +57,8 @@ KEEP_ROW_TABLE = {
         (16384, 256, 256, 2),
         (32768, 128, 128, 8),
         (65536, 256, 256, 8),
-        (131072, 256, 256, 16),
-        (262144, 256, 256, 16),
+        (131072, 256, 256, 16, "smem"),
+        (262144, 256, 256, 16, "smem"),
     ),
     32: (
         (1024, 128, 128, 1),
@@ -58,8 +67,8 @@ KEEP_ROW_TABLE = {
         (16384, 128, 128, 8),
         (32768, 512, 512, 4),
         (65536, 512, 512, 8),
-        (131072, 256, 256, 16),
-        (262144, 256, 256, 16),
+        (131072, 256, 256, 16, "smem"),
+        (262144, 256, 256, 16, "smem"),
     ),
 }
 

@@ -11,6 +11,12 @@ Each block (or cluster of blocks) owns ``rows_per_block`` rows. For each row it
 
 An op supplies only what differs: the :class:`~kernels.reduce.Combine` to reduce
 with, whether it needs the row again (``keep_row``), and its epilogue.
+
+A kept row waits for the epilogue in registers (``stage="reg"``, as fp32), or, for the
+longest rows, in shared memory (``stage="smem"``): step 1 then copies the block's tile
+of rows into shared memory with ``cp.async`` (the input dtype, no registers held), the
+fold and the epilogue each read it back one access at a time. Registers then no longer
+grow with the row, and more blocks fit an SM.
 """
 from __future__ import annotations
 
@@ -27,6 +33,11 @@ from .reduce import Combine, cluster_reduce_setup, row_reduce, slot_width
 #: Load a weight row before the reduction only when a thread holds at most this many
 #: elements (registers to spare); otherwise after it.
 PREFETCH_WEIGHT_MAX_ELEMS = 32
+#: A row staged in shared memory reads the weight this many accesses ahead of the one the
+#: epilogue works on (four registers each): a load may not pass the output's stores
+#: (the compiler cannot tell that they never alias), so without this every access would
+#: wait for its own round trip to L2.
+WEIGHT_AHEAD = 2
 
 
 def make_row_copy(dtype, cfg: RowConfig, coalesced: bool = True) -> cute.TiledCopy:
@@ -42,6 +53,18 @@ def make_row_copy(dtype, cfg: RowConfig, coalesced: bool = True) -> cute.TiledCo
     thr_layout = cute.make_ordered_layout((cfg.rows_per_block, cfg.threads_per_row), order=order)
     val_layout = cute.make_layout((1, cfg.vec))
     return cute.make_tiled_copy_tv(atom, thr_layout, val_layout)
+
+
+def make_stage_copy(dtype, vec: int) -> cute.CopyAtom:
+    """The atom that copies a row from global into shared memory: ``cp.async`` of the
+    access width (16 bytes: ``.cg``, past L1; 4 or 8 bytes: ``.ca``). ``cp.async`` moves
+    at least 4 bytes, so single 16-bit elements (a ragged bf16 row) go through a register
+    instead (``ld.global`` then ``st.shared``)."""
+    bits = vec * dtype.width
+    if bits < 32:
+        return cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=bits)
+    mode = cute.nvgpu.LoadCacheMode.GLOBAL if bits == 128 else cute.nvgpu.LoadCacheMode.ALWAYS
+    return cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=mode), dtype, num_bits_per_copy=bits)
 
 
 @cute.jit
@@ -71,7 +94,10 @@ class RowKernel:
     writes_rows: bool = True  # False: one fp32 per row
 
     def __init__(self, dtype, n: int, cfg: RowConfig):
-        cfg.check(n)
+        cfg.check(n, dtype.width)
+        if cfg.stage == "smem" and not (self.keep_row and self.writes_rows):
+            raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
+                             "stage='smem' buys nothing, use stage='reg'")
         self.dtype, self.n, self.cfg = dtype, n, cfg
 
     # ---- hooks -------------------------------------------------------------------
@@ -97,14 +123,28 @@ class RowKernel:
             tXrX.fill(self.op.pad)
         return tXgX, tXcX, tXpX, tXrX
 
-    def load_weight(self, mW, shape, tiler_mn, bidx, tile, thr, load, tXpX):
-        """This thread's share of a length-N weight, as fp32: the weight viewed as an
-        (M, N) tensor with row stride 0, partitioned exactly like the input."""
+    def weight_tile(self, mW, shape, tiler_mn, bidx, tile, thr):
+        """This thread's share of a length-N weight in global memory: the weight viewed
+        as an (M, N) tensor with row stride 0, partitioned exactly like the input."""
         mW2 = cute.make_tensor(mW.iterator, cute.make_layout(shape, stride=(0, 1)))
-        tXgW = thr.partition_S(cute.local_tile(mW2, tiler_mn, (bidx, None))[None, None, tile])
+        return thr.partition_S(cute.local_tile(mW2, tiler_mn, (bidx, None))[None, None, tile])
+
+    def load_weight(self, mW, shape, tiler_mn, bidx, tile, thr, load, tXpX):
+        """This thread's share of a length-N weight, as fp32."""
+        tXgW = self.weight_tile(mW, shape, tiler_mn, bidx, tile, thr)
         tXrW = cute.make_rmem_tensor_like(tXgW)
         cute.copy(load, tXgW, tXrW, pred=tXpX)
         return tXrW.load().to(Float32)
+
+    def load_access(self, tXsX, tXpX, k, load, pad=None):
+        """Access ``k`` of this thread's partition ``tXsX`` (shared or global memory), in
+        registers; predicated off (``tXpX``, None when N fills every tile), it holds ``pad``,
+        or whatever the registers held when ``pad`` is None."""
+        tXrX = cute.make_rmem_tensor_like(tXsX[None, None, k])
+        if pad is not None and tXpX is not None:
+            tXrX.fill(pad)
+        cute.copy(load, tXsX[None, None, k], tXrX, pred=None if tXpX is None else tXpX[None, None, k])
+        return tXrX
 
     # ---- host side ---------------------------------------------------------------
     @cute.jit
@@ -146,6 +186,14 @@ class RowKernel:
         if const_expr(cfg.cluster_n > 1):
             mbar = smem.allocate_array(Int64, num_elems=1)
             cluster_reduce_setup(mbar)
+        # A kept row staged in shared memory: the block's (rows_per_block, cols_per_pass)
+        # tile in the input dtype, row-major, so that a warp's 16-byte accesses are 512
+        # contiguous bytes (no bank conflicts); 128-byte aligned for cp.async.
+        staged = const_expr(cfg.stage == "smem")
+        sX = None
+        if const_expr(staged):
+            sX = smem.allocate_tensor(mX.element_type, cute.make_ordered_layout(tiler_mn, order=(1, 0)),
+                                      byte_alignment=128)
 
         gX = cute.local_tile(mX, tiler_mn, (bidx, None))
         cX = cute.local_tile(cute.make_identity_tensor(mX.shape), tiler_mn, (bidx, None))
@@ -157,31 +205,69 @@ class RowKernel:
         # 1. load the row into registers and fold it (thread tier). A kept row is one
         # pass; a streamed row loops over passes, carrying only the folded tuple.
         tile = rank
-        tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
-        if tXcX[0][0] < m:
-            cute.copy(load, tXgX, tXrX, pred=tXpX)
-        x = self.transform(tXrX.load().to(Float32))
-        state = op.fold(x)
-        for p in cutlass.range(1, cfg.passes, unroll=2):
-            tXgX_p, tXcX_p, tXpX_p, tXrX_p = self.row_tile(gX, cX, p * cfg.cluster_n + rank, thr, even_n)
-            if tXcX_p[0][0] < m:
-                cute.copy(load, tXgX_p, tXrX_p, pred=tXpX_p)
-            state = op.combine(state, op.fold(self.transform(tXrX_p.load().to(Float32))))
+        if const_expr(staged):
+            # 1'. or copy it into shared memory and fold it from there, one access at a
+            # time. Rows past M are not copied (and never stored); accesses past N are
+            # zero-filled by cp.async (or skipped), and read back as the op's neutral value.
+            tXgX = thr.partition_S(gX[None, None, tile])
+            tXcX = thr.partition_S(cX[None, None, tile])
+            tXsX = thr.partition_D(sX)
+            tXpX = None if even_n else column_predicate(tXcX, n)
+            if tXcX[0][0] < m:
+                cute.copy(make_stage_copy(mX.element_type, cfg.vec), tXgX, tXsX, pred=tXpX)
+            cute.arch.cp_async_commit_group()
+            # wait_group makes this thread's own cp.async writes visible to this thread.
+            # Every thread reads back exactly the elements it copied (the same partition
+            # of the same tile, in the fold and in the epilogue), so no barrier is needed.
+            cute.arch.cp_async_wait_group(0)
+            state = None
+            for k in cutlass.range_constexpr(cfg.vecs_per_thread):
+                part = op.fold(self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32)))
+                state = part if k == 0 else op.combine(state, part)
+        else:
+            tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
+            if tXcX[0][0] < m:
+                cute.copy(load, tXgX, tXrX, pred=tXpX)
+            x = self.transform(tXrX.load().to(Float32))
+            state = op.fold(x)
+            for p in cutlass.range(1, cfg.passes, unroll=2):
+                tXgX_p, tXcX_p, tXpX_p, tXrX_p = self.row_tile(gX, cX, p * cfg.cluster_n + rank, thr, even_n)
+                if tXcX_p[0][0] < m:
+                    cute.copy(load, tXgX_p, tXrX_p, pred=tXpX_p)
+                state = op.combine(state, op.fold(self.transform(tXrX_p.load().to(Float32))))
 
         # The weight (a row broadcast over M). With few elements a thread it is loaded
         # before the reduction, its latency hidden behind the exchange; with many, after
         # it, so that it holds no registers across the exchange (fp32 rows at N = 256k
-        # would otherwise need 64 more registers a thread).
-        prefetch_w = const_expr(cfg.elems_per_thread <= PREFETCH_WEIGHT_MAX_ELEMS)
+        # would otherwise need 64 more registers a thread). A staged row reads it in the
+        # epilogue, one access at a time.
+        prefetch_w = const_expr(cfg.elems_per_thread <= PREFETCH_WEIGHT_MAX_ELEMS and not staged)
         w = None
         if const_expr(mW is not None and prefetch_w):
             w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
+        tXgW, tXrW = None, []
+        if const_expr(mW is not None and staged):
+            tXgW = self.weight_tile(mW, mX.shape, tiler_mn, bidx, tile, thr)
+            tXrW = [self.load_access(tXgW, tXpX, k, load) for k in range(min(WEIGHT_AHEAD, cfg.vecs_per_thread))]
 
         # 2. the tiers above the thread
         result = row_reduce(state, op, cfg.threads_per_row, cfg.cluster_n, buf, mbar)
 
         # 3. epilogue
-        if const_expr(self.writes_rows):
+        if const_expr(staged):
+            # Read the row back from shared memory, one access at a time: transform, the
+            # op's epilogue (with the weight's access), a 128-bit store.
+            tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
+            for k in cutlass.range_constexpr(cfg.vecs_per_thread):
+                if const_expr(mW is not None and k + WEIGHT_AHEAD < cfg.vecs_per_thread):
+                    tXrW.append(self.load_access(tXgW, tXpX, k + WEIGHT_AHEAD, load))
+                w_k = None if const_expr(mW is None) else tXrW[k].load().to(Float32)
+                x_k = self.transform(self.load_access(tXsX, tXpX, k, load).load().to(Float32))
+                tXrO_k = cute.make_rmem_tensor_like(tXgO[None, None, k])
+                tXrO_k.store(self.row_epilogue(x_k, result, w_k, scalar).to(mO.element_type))
+                if tXcX[0][0] < m:
+                    cute.copy(load, tXrO_k, tXgO[None, None, k], pred=None if tXpX is None else tXpX[None, None, k])
+        elif const_expr(self.writes_rows):
             if const_expr(mW is not None and not prefetch_w):
                 w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
             y = self.row_epilogue(x, result, w, scalar)

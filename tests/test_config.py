@@ -1,7 +1,11 @@
 """The one configuration table: every N and tier gets a configuration that covers the row."""
-import pytest
+from dataclasses import replace
 
-from kernels.config import MAX_N, TIERS, RowConfig, row_config, vector_width
+import pytest
+import torch
+
+from kernels.config import MAX_N, MAX_SMEM_BYTES, TIERS, RowConfig, row_config, vector_width
+from kernels.reduction import reduce_config
 
 NS = [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 32768, 65536, 131071, 131072, 262144]
 
@@ -46,8 +50,48 @@ def test_rejects_what_it_cannot_do():
     with pytest.raises(ValueError, match="past the largest|must be in"):
         row_config(MAX_N + 1, 16, keep_row=True)
     with pytest.raises(ValueError, match="does not fit in registers"):
-        row_config(262144, 16, keep_row=True, max_tier="warp")
+        row_config(262144, 16, keep_row=True, max_tier="warp", stage="reg")
+    with pytest.raises(ValueError, match="does not fit in shared memory"):
+        row_config(262144, 16, keep_row=True, max_tier="warp", stage="smem")
     with pytest.raises(ValueError, match="covers"):
         RowConfig(32, 128, 1, 8, 1).check(4096)
     with pytest.raises(ValueError, match="max_tier"):
         row_config(1024, 16, keep_row=True, max_tier="grid")
+
+
+@pytest.mark.parametrize("bits", [32, 16])
+@pytest.mark.parametrize("n", NS + [131000, 262143])
+def test_table_stages_the_longest_kept_rows_in_shared_memory(n, bits):
+    """Rows past 65536 elements wait for the epilogue in shared memory, shorter ones in
+    registers; streamed rows and kept row reductions never stage."""
+    cfg = row_config(n, bits, keep_row=True)
+    assert cfg.stage == ("smem" if n > 65536 else "reg")
+    cfg.check(n, bits)  # the staged tile fits in shared memory
+    assert cfg.smem_bytes(bits) <= MAX_SMEM_BYTES
+    assert row_config(n, bits, keep_row=False).stage == "reg"
+    assert row_config(n, bits, keep_row=True, stage="reg") == replace(cfg, stage="reg")
+    assert reduce_config(n, torch.float32 if bits == 32 else torch.bfloat16, stream=False).stage == "reg"
+
+
+def test_smem_bytes_count_the_staged_tile():
+    cfg = row_config(262144, 16, keep_row=True)
+    tile = cfg.rows_per_block * cfg.cols_per_pass * 2
+    assert tile == 262144 * 2 // 16  # a sixteenth of the row per block
+    partials = replace(cfg, stage="reg").smem_bytes(16)
+    assert partials < 4096 and cfg.smem_bytes(16) == tile + partials
+
+
+def test_stage_is_validated_and_shown_only_when_not_the_default():
+    with pytest.raises(ValueError, match="stage"):
+        RowConfig(256, 256, 1, 4, 4, stage="tmem").check(4096)
+    with pytest.raises(ValueError, match="stage"):
+        row_config(4096, 16, keep_row=True, stage="l2")
+    with pytest.raises(ValueError, match="kept rows"):
+        row_config(4096, 16, keep_row=False, stage="smem")
+    with pytest.raises(ValueError, match="passes"):
+        RowConfig(256, 256, 1, 4, 4, passes=2, stage="smem").check(8192)
+    with pytest.raises(ValueError, match="shared memory"):  # 256 KiB of fp32 in one block
+        RowConfig(1024, 1024, 1, 4, 16, stage="smem").check(65536, 32)
+    RowConfig(1024, 1024, 1, 4, 16, stage="smem").check(65536, 16)  # 128 KiB of bf16 fits
+    assert "stage" not in repr(RowConfig(256, 256, 1, 4, 4))
+    assert "stage='smem'" in repr(RowConfig(256, 256, 1, 4, 4, stage="smem"))

@@ -4,7 +4,7 @@ chapters claim (128-bit accesses, shuffles, shared memory, cluster exchange, no 
 import pytest
 
 
-from kernels.config import vector_width
+from kernels.config import row_config, vector_width
 from kernels.cubin import kernel_resources
 from kernels.inspect import access_bits, inspect_op, main
 
@@ -27,10 +27,13 @@ def test_table_configs_compile_without_spills(op, dtype, n):
     assert not rep.has("local memory")
     assert 0 < rep.registers <= 255
     bits = {"fp32": 32, "bf16": 16, "fp16": 16}[dtype]
-    # the row is read with the widest access N allows (128 bits when N is a multiple of the vector)
-    assert vector_width(n, bits) * bits in rep.widths("global loads")
+    # the row is read with the widest access N allows (128 bits when N is a multiple of the
+    # vector): into registers, or into shared memory (cp.async moves 4 bytes at least)
+    width = vector_width(n, bits) * bits
+    staged = rep.config.stage == "smem"
+    assert width in rep.widths("async copies" if staged and width >= 32 else "global loads")
     if n % (128 // bits) == 0:
-        assert 128 in rep.widths("global loads")
+        assert 128 in rep.widths("async copies" if staged else "global loads")
     cfg = rep.config
     if cfg.threads_per_row > 1:
         assert rep.has("warp shuffles") and all("bfly" in k or "idx" in k for k in rep.counts["warp shuffles"])
@@ -54,6 +57,57 @@ def test_each_tier_compiles(tier, dtype, n):
     if tier == "cluster" and rep.config.cluster_n > 1:
         assert rep.has("remote shared stores")
     assert rep.frame_bytes == 0
+
+
+BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
+
+
+@pytest.mark.parametrize("n", [131072, 262144, 131000, 262143])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("op", ["rmsnorm", "softmax"])
+def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
+    """The table stages rows past 64k elements in shared memory: the row arrives by cp.async
+    (16 bytes when N allows; single 16-bit elements go through a register), every thread
+    reads back only what it copied (no barrier besides the reduction's), nothing spills,
+    and a thread needs far fewer registers than with the row kept in registers."""
+    rep = inspect_op(op, dtype, n)
+    cfg = rep.config
+    assert cfg.stage == "smem"
+    assert rep.frame_bytes == 0 and not rep.has("local memory")
+    width = cfg.vec * BITS[dtype]
+    if width >= 32:
+        assert set(rep.async_copy_bytes()) == {width // 8}
+        assert sum(rep.async_copy_bytes().values()) == cfg.vecs_per_thread
+        assert not rep.has("global loads") if op == "softmax" else rep.widths("global loads") == {width}
+    else:
+        assert not rep.async_copy_bytes() and rep.widths("global loads") == {width}
+    assert rep.counts["async copy groups"] == {"cp.async.commit_group": 1, "cp.async.wait_group": 1}
+    assert width in rep.widths("shared loads") and width in rep.widths("global stores")
+    assert cfg.cluster_n > 1 and not rep.has("block barriers")  # the cluster tier needs no bar.sync
+    reg = inspect_op(op, dtype, n, config=row_config(n, BITS[dtype], keep_row=True, stage="reg"))
+    assert reg.config.stage == "reg" and not reg.async_copy_bytes()
+    if n == cfg.cols_covered:  # no ragged tile: 32 registers, 8 blocks of 256 threads an SM
+        assert rep.registers <= 32 < reg.registers
+    else:  # the ragged tile's predicates cost registers, fewer than the row would
+        assert rep.registers < reg.registers
+
+
+@pytest.mark.parametrize("n", [1000, 8192, 65536])
+def test_shared_memory_stage_compiles_for_any_kept_row(n):
+    """Forced by ``config=``, the stage works where the table keeps registers too, including
+    blocks of several rows (N = 1000: two rows a block)."""
+    for op in ("rmsnorm", "softmax"):
+        cfg = row_config(n, 16, keep_row=True, stage="smem")
+        rep = inspect_op(op, "bf16", n, config=cfg)
+        assert rep.config == cfg and rep.frame_bytes == 0
+        assert set(rep.async_copy_bytes()) == {16}
+
+
+def test_shared_memory_stage_is_only_for_ops_that_write_rows():
+    with pytest.raises(ValueError, match="stage='smem' buys nothing"):
+        inspect_op("reduce_sum", "fp32", 262144, stream=False, config=row_config(262144, 32, keep_row=True))
+    with pytest.raises(ValueError, match="stage='smem' buys nothing"):
+        inspect_op("cross_entropy", "fp32", 65536, config=row_config(65536, 32, keep_row=True, stage="smem"))
 
 
 def test_block_tier_spills_when_a_block_holds_the_whole_row():

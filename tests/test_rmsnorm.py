@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from kernels.config import row_config
 from kernels.rmsnorm import rmsnorm, rmsnorm_reference
 
 from _grid import DTYPES, NS, assert_close, ms_for
@@ -17,6 +18,24 @@ def test_rmsnorm(n, dtype):
     for m in ms_for(n):
         x = torch.randn(m, n, device="cuda").to(dtype)
         assert_close(rmsnorm(x, w, 1e-6), rmsnorm_reference(x, w, 1e-6), dtype, f"M={m}")
+
+
+# Each stage where the table does not pick it: the row staged in shared memory at N the
+# table keeps in registers (N = 1000: two rows a block; ragged 65535 and 262143), and
+# the row in registers at N the table stages.
+STAGES = [(1000, "smem"), (8192, "smem"), (65536, "smem"), (65535, "smem"), (262143, "smem"),
+          (131072, "reg"), (262144, "reg")]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,stage", STAGES)
+def test_each_stage(n, stage, dtype):
+    cfg = row_config(n, torch.finfo(dtype).bits, keep_row=True, stage=stage)
+    w = torch.randn(n, device="cuda").to(dtype)
+    for m in ms_for(n):
+        x = torch.randn(m, n, device="cuda").to(dtype)
+        assert_close(rmsnorm(x, w, 1e-6, config=cfg), rmsnorm_reference(x, w, 1e-6), dtype, f"M={m}")
+    assert_close(rmsnorm(x, None, 1e-6, config=cfg), rmsnorm_reference(x, None, 1e-6), dtype, "no weight")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

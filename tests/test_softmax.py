@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from kernels.config import row_config
 from kernels.softmax import softmax, softmax_reference
 
 from _grid import DTYPES, NS, assert_close, ms_for
@@ -18,8 +19,24 @@ def test_softmax(n, dtype):
         assert_close(softmax(x), softmax_reference(x), dtype, f"M={m}")
 
 
+# Each stage where the table does not pick it: the row staged in shared memory at N the
+# table keeps in registers (N = 1000: two rows a block; ragged 65535 and 262143), and
+# the row in registers at N the table stages.
+STAGES = [(1000, "smem"), (8192, "smem"), (65536, "smem"), (65535, "smem"), (262143, "smem"),
+          (131072, "reg"), (262144, "reg")]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [1000, 65536, 262144])
+@pytest.mark.parametrize("n,stage", STAGES)
+def test_each_stage(n, stage, dtype):
+    cfg = row_config(n, torch.finfo(dtype).bits, keep_row=True, stage=stage)
+    for m in ms_for(n):
+        x = (torch.randn(m, n, device="cuda") * 3).to(dtype)
+        assert_close(softmax(x, config=cfg), softmax_reference(x), dtype, f"M={m}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1000, 65536, 131000, 262144])
 def test_extreme_values(n, dtype):
     x = torch.randn(5, n, device="cuda")
     x[0] *= 1e4  # huge logits: max subtraction keeps exp finite

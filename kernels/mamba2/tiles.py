@@ -1,0 +1,146 @@
+"""The tile functions and kernels of the SSD forward (``ssd.py`` launches them).
+
+Importing this module needs cuda.tile; ``kernels.mamba2.ssd`` imports it on first use.
+"""
+import cuda.tile as ct
+
+C_ = ct.Constant
+ZERO = ct.PaddingMode.ZERO
+
+
+# ---- tile functions: one per piece of arithmetic --------------------------------------
+def step_sizes(dt, dt_bias, A, bi, hi, c, seqlen, Q: C_[int], HAS_BIAS: C_[bool], SOFTPLUS: C_[bool]):
+    """Stage 1 for one (batch, head, chunk): dt after bias and softplus (0 past the end of
+    the sequence, so padded steps neither decay nor add) and its running sum times A."""
+    d = ct.load(dt, (bi, c, hi), shape=(1, Q, 1), padding_mode=ZERO).reshape((Q,)).astype(ct.float32)
+    if HAS_BIAS:
+        d = d + ct.load(dt_bias, (hi,), shape=()).astype(ct.float32)
+    if SOFTPLUS:
+        d = ct.where(d > 20.0, d, ct.log(1.0 + ct.exp(d)))
+    t = c * Q + ct.arange(Q, dtype=ct.int32)
+    d = ct.where(t < seqlen, d, 0.0)
+    a = ct.load(A, (hi,), shape=()).astype(ct.float32)
+    return d, ct.cumsum(d * a, axis=0)
+
+def chunk_state(x, B, d, cs, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int]):
+    """Stage 2 for one chunk and one (BP x BN) tile of the state: the state the chunk
+    would leave from a zero state, sum_t exp(cs_last - cs_t) dt_t x_t B_t^T."""
+    last = ct.extract(cs, index=(Q - 1,), shape=(1,))
+    w = ct.exp(last - cs) * d
+    xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO).reshape((Q, BP))
+    bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO).reshape((Q, BN))
+    bw = (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype)
+    s = ct.mma(xc.transpose(), bw, ct.zeros((BP, BN), dtype=ct.float32))
+    return s, ct.exp(last)
+
+def store_state(states, h, bi, c, hi, pt, nt, BP: C_[int], BN: C_[int]):
+    ct.store(states, (bi, c, hi, pt, nt), h.reshape((1, 1, 1, BP, BN)).astype(states.dtype))
+
+# ---- staged: one kernel per stage ------------------------------------------------------
+@ct.kernel
+def cumsum_kernel(dt, dt_bias, A, dts, cums, seqlen, nheads: C_[int], Q: C_[int],
+                  HAS_BIAS: C_[bool], SOFTPLUS: C_[bool]):
+    bh, c = ct.bid(0), ct.bid(1)
+    bi, hi = bh // nheads, bh % nheads
+    d, cs = step_sizes(dt, dt_bias, A, bi, hi, c, seqlen, Q, HAS_BIAS, SOFTPLUS)
+    ct.store(dts, (bi, hi, c, 0), d.reshape((1, 1, 1, Q)))
+    ct.store(cums, (bi, hi, c, 0), cs.reshape((1, 1, 1, Q)))
+
+@ct.kernel
+def chunk_state_kernel(x, B, dts, cums, states, nchunks, nheads: C_[int], heads_per_group: C_[int],
+                       Q: C_[int], BP: C_[int], BN: C_[int]):
+    pid, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
+    hi = pid % nheads
+    c = (pid // nheads) % nchunks
+    bi = pid // (nheads * nchunks)
+    d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
+    cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
+    s, _ = chunk_state(x, B, d, cs, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN)
+    store_state(states, s, bi, c, hi, pt, nt, BP, BN)
+
+@ct.kernel
+def state_passing_kernel(states, cums, init, entering, final, nchunks, nheads: C_[int], Q: C_[int],
+                         BP: C_[int], BN: C_[int], HAS_INIT: C_[bool]):
+    bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
+    bi, hi = bh // nheads, bh % nheads
+    h = ct.zeros((BP, BN), dtype=ct.float32)
+    if HAS_INIT:
+        h = ct.load(init, (bi, hi, pt, nt), shape=(1, 1, BP, BN)).reshape((BP, BN)).astype(ct.float32)
+    for c in range(nchunks):
+        store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
+        last = ct.load(cums, (bi, hi, c, Q - 1), shape=())
+        s = ct.load(states, (bi, c, hi, pt, nt), shape=(1, 1, 1, BP, BN)).reshape((BP, BN))
+        h = h * ct.exp(last) + s
+    ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
+
+# ---- fused: stages 1-3 in one loop over the chunks --------------------------------------
+@ct.kernel
+def state_kernel(x, dt, dt_bias, A, B, init, dts, cums, entering, final, seqlen, nchunks,
+                 nheads: C_[int], heads_per_group: C_[int], Q: C_[int], BP: C_[int], BN: C_[int],
+                 HAS_BIAS: C_[bool], SOFTPLUS: C_[bool], HAS_INIT: C_[bool]):
+    bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
+    bi, hi = bh // nheads, bh % nheads
+    gi = hi // heads_per_group
+    h = ct.zeros((BP, BN), dtype=ct.float32)
+    if HAS_INIT:
+        h = ct.load(init, (bi, hi, pt, nt), shape=(1, 1, BP, BN)).reshape((BP, BN)).astype(ct.float32)
+    for c in range(nchunks):
+        d, cs = step_sizes(dt, dt_bias, A, bi, hi, c, seqlen, Q, HAS_BIAS, SOFTPLUS)
+        # Every state tile of this (batch, head) computes the same dt and cumsum and stores
+        # them for the chunk scan: identical values, so the writes may race harmlessly.
+        # (Storing from one tile only, under a branch, hung the kernel on the H200.)
+        ct.store(dts, (bi, hi, c, 0), d.reshape((1, 1, 1, Q)))
+        ct.store(cums, (bi, hi, c, 0), cs.reshape((1, 1, 1, Q)))
+        store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
+        s, decay = chunk_state(x, B, d, cs, bi, hi, gi, c, pt, nt, Q, BP, BN)
+        h = h * decay + s
+    ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
+
+# ---- stages 4 and 5, shared by both versions ----------------------------------------------
+@ct.kernel
+def bmm_kernel(C, B, cb, nchunks, ngroups: C_[int], Q: C_[int], BM: C_[int], NS: C_[int]):
+    pid, mt, kt = ct.bid(0), ct.bid(1), ct.bid(2)
+    if kt <= mt:  # the decay mask is causal: tiles above the diagonal are never read
+        gi = pid % ngroups
+        c = (pid // ngroups) % nchunks
+        bi = pid // (ngroups * nchunks)
+        r = Q // BM
+        cm = ct.load(C, (bi, c * r + mt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
+        bk = ct.load(B, (bi, c * r + kt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
+        acc = ct.mma(cm, bk.transpose(), ct.zeros((BM, BM), dtype=ct.float32))
+        ct.store(cb, (bi, c, gi, mt, kt), acc.reshape((1, 1, 1, BM, BM)).astype(cb.dtype))
+
+@ct.kernel
+def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_[int],
+                      heads_per_group: C_[int], Q: C_[int], BM: C_[int], P: C_[int], NS: C_[int],
+                      HAS_D: C_[bool]):
+    pid, mt = ct.bid(0), ct.bid(1)
+    hi = pid % nheads
+    c = (pid // nheads) % nchunks
+    bi = pid // (nheads * nchunks)
+    gi = hi // heads_per_group
+    r = Q // BM
+    # from the state entering the chunk: exp(cs_i) * (C_i . state)
+    cs_m = ct.load(cums, (bi, hi, c, mt), shape=(1, 1, 1, BM)).reshape((BM,))
+    cm = ct.load(C, (bi, c * r + mt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
+    st = ct.load(entering, (bi, c, hi, 0, 0), shape=(1, 1, 1, P, NS)).reshape((P, NS))
+    acc = ct.mma(cm, st.transpose().astype(cm.dtype), ct.zeros((BM, P), dtype=ct.float32))
+    acc = acc * ct.exp(cs_m)[:, None]
+    # from inside the chunk: sum over key tiles kt <= mt of (CB o decay o dt) x
+    rows = mt * BM + ct.arange(BM, dtype=ct.int32)
+    for kt in range(mt + 1):
+        cs_k = ct.load(cums, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
+        d_k = ct.load(dts, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
+        s = ct.load(cb, (bi, c, gi, mt, kt), shape=(1, 1, 1, BM, BM)).reshape((BM, BM)).astype(ct.float32)
+        cols = kt * BM + ct.arange(BM, dtype=ct.int32)
+        s = ct.where(rows[:, None] >= cols[None, :], s * ct.exp(cs_m[:, None] - cs_k[None, :]) * d_k[None, :], 0.0)
+        xk = ct.load(x, (bi, c * r + kt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO).reshape((BM, P))
+        acc = ct.mma(s.astype(xk.dtype), xk, acc)
+    if HAS_D:
+        xm = ct.load(x, (bi, c * r + mt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO).reshape((BM, P))
+        acc = acc + ct.load(D, (hi,), shape=()).astype(ct.float32) * xm.astype(ct.float32)
+    ct.store(out, (bi, c * r + mt, hi, 0), acc.reshape((1, BM, 1, P)).astype(out.dtype))
+
+
+KERNELS = dict(cumsum=cumsum_kernel, chunk_state=chunk_state_kernel, state_passing=state_passing_kernel,
+               state=state_kernel, bmm=bmm_kernel, chunk_scan=chunk_scan_kernel)

@@ -83,7 +83,7 @@ STREAM_TABLE = {
         (16384, 128, 128, 1, 8),
         (65536, 128, 128, 4, 8),
         (131072, 128, 128, 8, 8),
-        (262144, 512, 512, 4, 4),  # python -m benchmarks.sweep_reduce: 96.8% vs 91.1% (256, 256, 1, 4)
+        (262144, 256, 256, 1, 4),
     ),
     32: (
         (1024, 64, 128, 1, 4),
@@ -93,6 +93,15 @@ STREAM_TABLE = {
         (131072, 256, 256, 8, 4),
         (262144, 256, 256, 4, 8),
     ),
+}
+# The plain row reduction (reduce_rows) has no per-row epilogue that reads the row
+# again (cross-entropy reads the target logit), and where it measured best with another
+# shape its rows replace STREAM_TABLE's rows of the same bound
+# (`python -m benchmarks.sweep_reduce`, book/data/sweep_reduce.csv: bf16 at 256k 96.8% of
+# the read ceiling against 91.1%; the same shape cost cross-entropy 52% against 91%).
+ROW_SUM_STREAM = {
+    16: ((262144, 512, 512, 4, 4),),
+    32: (),
 }
 #: A row kept in registers may not give a thread more elements than this (255 registers
 #: in all). A row staged in shared memory is bounded by MAX_SMEM_BYTES instead.
@@ -225,6 +234,7 @@ def row_config(
     vec: int | None = None,
     max_tier: str = "cluster",
     stage: str | None = None,
+    row_sum: bool = False,
 ) -> RowConfig:
     """Pick the configuration for a row of ``n`` elements of ``elem_bits`` bits.
 
@@ -236,6 +246,8 @@ def row_config(
     stage:    where a kept row waits for its epilogue, "reg" or "smem"; None takes the
               table's choice. A kept row reduction has no epilogue that reads the row
               and asks for "reg".
+    row_sum:  a streamed plain row reduction, which takes ROW_SUM_STREAM's rows where
+              they differ from STREAM_TABLE's.
     """
     if not 1 <= n <= MAX_N:
         raise ValueError(f"N must be in [1, {MAX_N}], got {n}")
@@ -250,7 +262,11 @@ def row_config(
         stage = stage or (table_stage[0] if table_stage else "reg")
         stream_vecs = None
     else:
-        tpr, tpb, cluster, stream_vecs = _lookup(STREAM_TABLE, elem_bits, n)
+        entry = _lookup(STREAM_TABLE, elem_bits, n)
+        if row_sum:
+            bound = next(e[0] for e in STREAM_TABLE[16 if elem_bits <= 16 else 32] if n <= e[0])
+            entry = next((e[1:] for e in ROW_SUM_STREAM[16 if elem_bits <= 16 else 32] if e[0] == bound), entry)
+        tpr, tpb, cluster, stream_vecs = entry
         stream_vecs = max(1, stream_vecs * (128 // elem_bits) // vec)  # same bytes when vec is narrower
     cap = TIERS.index(max_tier)
     if cap < 3 and cluster > 1:  # no cluster: one block takes the whole row

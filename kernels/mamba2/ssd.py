@@ -6,13 +6,13 @@ below; a kernel is a loop of tile functions over its share of the work, so the t
 of the pass share every line of arithmetic and differ only in what goes through memory:
 
     staged (5 kernels)                  fused (3 kernels)
-    1 chunk_cumsum   dt, dA_cumsum      -- folded into the state kernel
-    2 chunk_state    states (fp32)      state kernel: cumsum, chunk states and the scan over
-    3 state_passing  states entering      chunks in one loop; the chunk states never leave
-                                          the registers, only the states entering each chunk
-                                          are stored (in x's dtype, as the next product reads them)
-    4 bmm_chunk      C B^T (per group)  bmm kernel (unchanged)
-    5 chunk_scan     out                chunk-scan kernel (unchanged)
+    1 chunk_cumsum   dt, dA_cumsum      prep kernel: stages 1 and 4 in one launch (both small,
+    4 bmm_chunk      C B^T (per group)    both read only dt or B and C)
+    2 chunk_state    states (fp32)      state kernel: chunk states and the scan over chunks in
+    3 state_passing  states entering      one loop; the chunk states never leave the registers,
+                                          only the states entering each chunk are stored (in
+                                          x's dtype, as the next product reads them)
+    5 chunk_scan     out                chunk-scan kernel (the same kernel)
 
 What we decide, not cuTile: the tile sizes, and that they are *not* the chunk size. The
 chunk-scan kernel walks a chunk in (64 x 64) tiles of the (l x l) decay matrix, so a chunk of
@@ -27,18 +27,35 @@ import torch
 from .tile_env import require_tile
 
 ct = None  # cuda.tile, imported on first use (the package imports without it)
-_KERNELS = None
+
+#: Compiler hints per kernel and input width in bits (``ct.kernel`` options such as
+#: ``occupancy``, the blocks an SM should hold); absent means cuTile's defaults. Data, so a
+#: benchmark can try others. On the H200, occupancy 4 took the bf16 pass from 1776 to 1067 us
+#: (chunk 64; by default cuTile gave these kernels 255 registers a thread, one block an SM).
+#: fp32 (tf32 products) keeps the defaults: capped at 128 registers its tiles spill.
+HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state", "state",
+                                                                        "chunk_scan")}
+_BUILT: dict[int, dict] = {}
 
 
-def _build():
-    """Import cuda.tile and the kernels (``tiles.py``) on first use."""
-    global ct, _KERNELS
-    if _KERNELS is None:
+def _build(bits: int = 16):
+    """Import cuda.tile and the kernels (``tiles.py``) on first use: the kernels for inputs of
+    ``bits`` bits, with their HINTS applied."""
+    global ct
+    if bits not in _BUILT:
         require_tile()
         import cuda.tile as _ct
         from .tiles import KERNELS
-        ct, _KERNELS = _ct, KERNELS
-    return _KERNELS
+        ct = _ct
+        _BUILT[bits] = {k: (v.replace_hints(**HINTS[k, bits]) if HINTS.get((k, bits)) else v)
+                        for k, v in KERNELS.items()}
+    return _BUILT[bits]
+
+
+def set_hints(name: str, bits: int = 16, **hints) -> None:
+    """Replace the compiler hints of one kernel (e.g. ``set_hints("state", occupancy=4)``)."""
+    HINTS[name, bits] = hints
+    _BUILT.pop(bits, None)
 
 
 # ---- host side ----------------------------------------------------------------------------
@@ -55,17 +72,24 @@ def _tile_block(l: int) -> int:
     return min(64, l)
 
 
+def head_block(h: int, l: int) -> int:
+    """Heads whose step sizes one block of stage 1 computes together: the largest power of
+    two dividing h, at most 64 and at most 8192 / l (a tile of (l, heads) fp32 values)."""
+    hb = 1
+    while h % (hb * 2) == 0 and hb * 2 <= min(64, 8192 // l):
+        hb *= 2
+    return hb
+
+
 def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
     """The (p, n) tile of the state one block of the state kernels carries. Smaller tiles give
     more blocks (each carries its tile through every chunk in turn), bigger ones reread x and
-    B fewer times. ``work`` is b * h, the number of independent sequences."""
+    B fewer times. ``work`` is b * h, the number of independent sequences. The p side stays 64
+    (the M of Hopper's wgmma; below it cuTile falls back to slower products): with too few
+    sequences to fill 132 SMs four times over, only the n side is split, down to 16."""
     bp, bn = min(p, 64), min(n, 64)
-    # Too few sequences to fill 132 SMs a few times over: split the state finer.
-    while work * (p // bp) * (n // bn) < 4 * 132 and (bp > 16 or bn > 16):
-        if bn >= bp and bn > 16:
-            bn //= 2
-        else:
-            bp //= 2
+    while work * (p // bp) * (n // bn) < 4 * 132 and bn > 16:
+        bn //= 2
     return bp, bn
 
 
@@ -145,17 +169,21 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     has_bias, has_init, has_D = dt_bias is not None, initial_states is not None, D is not None
     bp, bn = state_tile(p, n, b * h)
 
-    launches = [("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n))]
+    hb = head_block(h, Q)
     if impl == "fused":
-        launches.append(("state", (b * h, p // bp, n // bn),
-                         (x, dt, bias_, A, B, init_, dts, cums, entering, final, L, nc, h, r, Q, bp, bn,
-                          has_bias, bool(dt_softplus), has_init)))
+        r2 = (Q // BM) ** 2
+        launches = [
+            ("prep", (b * nc, h // hb + g * r2, 1),
+             (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
+            ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init)),
+        ]
     else:
         states = torch.empty(b, nc, h, p, n, **f32)
-        launches += [
-            ("cumsum", (b * h, nc, 1), (dt, bias_, A, dts, cums, L, h, Q, has_bias, bool(dt_softplus))),
+        launches = [
+            ("cumsum", (b, nc, h // hb), (dt, bias_, A, dts, cums, L, Q, hb, has_bias, bool(dt_softplus))),
             ("chunk_state", (b * nc * h, p // bp, n // bn), (x, B, dts, cums, states, nc, h, r, Q, bp, bn)),
             ("state_passing", (b * h, p // bp, n // bn), (states, cums, init_, entering, final, nc, h, Q, bp, bn, has_init)),
+            ("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n)),
         ]
     launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
                      (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
@@ -174,7 +202,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, initial_states
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     check_inputs(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias)
-    K = _build()
+    K = _build(torch.finfo(x.dtype).bits)
     launches, out, final = plan(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias, dt_softplus, impl)
     stream = torch.cuda.current_stream(x.device)
     for name, grid, args in launches:
@@ -212,7 +240,7 @@ def export_cubins(shape, dtype=torch.bfloat16, chunk_size=64, impl="fused", *, n
     ``{kernel name: cubin}``. ``shape`` is (b, L, h, p, n)."""
     import io
     from cuda.tile.compilation import export_kernel
-    K = _build()
+    K = _build(torch.finfo(dtype).bits)
     b, L, h, p, n = shape
     meta = dict(device="meta")
     x = torch.empty(b, L, h, p, dtype=dtype, **meta)

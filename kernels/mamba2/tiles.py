@@ -9,42 +9,59 @@ ZERO = ct.PaddingMode.ZERO
 
 
 # ---- tile functions: one per piece of arithmetic --------------------------------------
-def step_sizes(dt, dt_bias, A, bi, hi, c, seqlen, Q: C_[int], HAS_BIAS: C_[bool], SOFTPLUS: C_[bool]):
-    """Stage 1 for one (batch, head, chunk): dt after bias and softplus (0 past the end of
-    the sequence, so padded steps neither decay nor add) and its running sum times A."""
-    d = ct.load(dt, (bi, c, hi), shape=(1, Q, 1), padding_mode=ZERO).reshape((Q,)).astype(ct.float32)
+def step_sizes(dt, dt_bias, A, dts, cums, bi, hb, c, seqlen, Q: C_[int], HB: C_[int], HAS_BIAS: C_[bool],
+               SOFTPLUS: C_[bool]):
+    """Stage 1 for one chunk of HB heads: dt after bias and softplus (0 past the end of the
+    sequence, so padded steps neither decay nor add) and its running sum times A, stored
+    (b, h, chunk, l) for the stages that read them."""
+    d = ct.load(dt, (bi, c, hb), shape=(1, Q, HB), padding_mode=ZERO).reshape((Q, HB)).astype(ct.float32)
     if HAS_BIAS:
-        d = d + ct.load(dt_bias, (hi,), shape=()).astype(ct.float32)
+        d = d + ct.load(dt_bias, (hb,), shape=(HB,)).astype(ct.float32)[None, :]
     if SOFTPLUS:
         d = ct.where(d > 20.0, d, ct.log(1.0 + ct.exp(d)))
     t = c * Q + ct.arange(Q, dtype=ct.int32)
-    d = ct.where(t < seqlen, d, 0.0)
-    a = ct.load(A, (hi,), shape=()).astype(ct.float32)
-    return d, ct.cumsum(d * a, axis=0)
+    d = ct.where(t[:, None] < seqlen, d, 0.0)
+    a = ct.load(A, (hb,), shape=(HB,)).astype(ct.float32)
+    cs = ct.cumsum(d * a[None, :], axis=0)
+    ct.store(dts, (bi, hb, c, 0), d.transpose().reshape((1, HB, 1, Q)))
+    ct.store(cums, (bi, hb, c, 0), cs.transpose().reshape((1, HB, 1, Q)))
 
-def chunk_state(x, B, d, cs, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int]):
-    """Stage 2 for one chunk and one (BP x BN) tile of the state: the state the chunk
-    would leave from a zero state, sum_t exp(cs_last - cs_t) dt_t x_t B_t^T."""
+
+def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int]):
+    """Stage 2 for one chunk and one (BP x BN) tile of the state, added to the state ``h``
+    entering the chunk decayed over it (stage 3's step; zeros for stage 2 alone):
+    exp(cs_last) h + sum_t exp(cs_last - cs_t) dt_t x_t B_t^T."""
+    d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
+    cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
     last = ct.extract(cs, index=(Q - 1,), shape=(1,))
     w = ct.exp(last - cs) * d
     xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO).reshape((Q, BP))
     bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO).reshape((Q, BN))
     bw = (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype)
-    s = ct.mma(xc.transpose(), bw, ct.zeros((BP, BN), dtype=ct.float32))
-    return s, ct.exp(last)
+    return ct.mma(xc.transpose(), bw, h * ct.exp(last))
+
 
 def store_state(states, h, bi, c, hi, pt, nt, BP: C_[int], BN: C_[int]):
     ct.store(states, (bi, c, hi, pt, nt), h.reshape((1, 1, 1, BP, BN)).astype(states.dtype))
 
+
+def cb_tile(C, B, cb, bi, c, gi, mt, kt, Q: C_[int], BM: C_[int], NS: C_[int]):
+    """Stage 4 for one (BM x BM) tile of C B^T in one chunk (the decay mask is causal:
+    callers skip tiles above the diagonal, which are never read)."""
+    r = Q // BM
+    cm = ct.load(C, (bi, c * r + mt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
+    bk = ct.load(B, (bi, c * r + kt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
+    acc = ct.mma(cm, bk.transpose(), ct.zeros((BM, BM), dtype=ct.float32))
+    ct.store(cb, (bi, c, gi, mt, kt), acc.reshape((1, 1, 1, BM, BM)).astype(cb.dtype))
+
+
 # ---- staged: one kernel per stage ------------------------------------------------------
 @ct.kernel
-def cumsum_kernel(dt, dt_bias, A, dts, cums, seqlen, nheads: C_[int], Q: C_[int],
-                  HAS_BIAS: C_[bool], SOFTPLUS: C_[bool]):
-    bh, c = ct.bid(0), ct.bid(1)
-    bi, hi = bh // nheads, bh % nheads
-    d, cs = step_sizes(dt, dt_bias, A, bi, hi, c, seqlen, Q, HAS_BIAS, SOFTPLUS)
-    ct.store(dts, (bi, hi, c, 0), d.reshape((1, 1, 1, Q)))
-    ct.store(cums, (bi, hi, c, 0), cs.reshape((1, 1, 1, Q)))
+def cumsum_kernel(dt, dt_bias, A, dts, cums, seqlen, Q: C_[int], HB: C_[int], HAS_BIAS: C_[bool],
+                  SOFTPLUS: C_[bool]):
+    bi, c, hb = ct.bid(0), ct.bid(1), ct.bid(2)
+    step_sizes(dt, dt_bias, A, dts, cums, bi, hb, c, seqlen, Q, HB, HAS_BIAS, SOFTPLUS)
+
 
 @ct.kernel
 def chunk_state_kernel(x, B, dts, cums, states, nchunks, nheads: C_[int], heads_per_group: C_[int],
@@ -53,10 +70,10 @@ def chunk_state_kernel(x, B, dts, cums, states, nchunks, nheads: C_[int], heads_
     hi = pid % nheads
     c = (pid // nheads) % nchunks
     bi = pid // (nheads * nchunks)
-    d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
-    cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
-    s, _ = chunk_state(x, B, d, cs, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN)
+    s = chunk_state(x, B, dts, cums, ct.zeros((BP, BN), dtype=ct.float32), bi, hi, hi // heads_per_group, c,
+                    pt, nt, Q, BP, BN)
     store_state(states, s, bi, c, hi, pt, nt, BP, BN)
+
 
 @ct.kernel
 def state_passing_kernel(states, cums, init, entering, final, nchunks, nheads: C_[int], Q: C_[int],
@@ -73,43 +90,51 @@ def state_passing_kernel(states, cums, init, entering, final, nchunks, nheads: C
         h = h * ct.exp(last) + s
     ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
 
-# ---- fused: stages 1-3 in one loop over the chunks --------------------------------------
+
 @ct.kernel
-def state_kernel(x, dt, dt_bias, A, B, init, dts, cums, entering, final, seqlen, nchunks,
-                 nheads: C_[int], heads_per_group: C_[int], Q: C_[int], BP: C_[int], BN: C_[int],
-                 HAS_BIAS: C_[bool], SOFTPLUS: C_[bool], HAS_INIT: C_[bool]):
+def bmm_kernel(C, B, cb, nchunks, ngroups: C_[int], Q: C_[int], BM: C_[int], NS: C_[int]):
+    pid, mt, kt = ct.bid(0), ct.bid(1), ct.bid(2)
+    if kt <= mt:
+        cb_tile(C, B, cb, pid // (ngroups * nchunks), (pid // ngroups) % nchunks, pid % ngroups, mt, kt, Q, BM, NS)
+
+
+# ---- fused: three kernels ----------------------------------------------------------------
+@ct.kernel
+def prep_kernel(dt, dt_bias, A, dts, cums, C, B, cb, seqlen, nchunks, head_blocks: C_[int], ngroups: C_[int],
+                Q: C_[int], HB: C_[int], BM: C_[int], NS: C_[int], HAS_BIAS: C_[bool], SOFTPLUS: C_[bool]):
+    """Stages 1 and 4 in one launch: both read only dt or B and C, and both are small. Blocks
+    (b * chunk, j): j < head_blocks runs stage 1 for heads [j HB, (j + 1) HB), the others a
+    tile of C B^T."""
+    bc, j = ct.bid(0), ct.bid(1)
+    bi, c = bc // nchunks, bc % nchunks
+    if j < head_blocks:
+        step_sizes(dt, dt_bias, A, dts, cums, bi, j, c, seqlen, Q, HB, HAS_BIAS, SOFTPLUS)
+    else:
+        r = Q // BM
+        t = j - head_blocks
+        mt, kt = (t // r) % r, t % r
+        if kt <= mt:
+            cb_tile(C, B, cb, bi, c, t // (r * r), mt, kt, Q, BM, NS)
+
+
+@ct.kernel
+def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int], heads_per_group: C_[int],
+                 Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool]):
+    """Stages 2 and 3 in one loop over the chunks: a block carries one (BP x BN) tile of one
+    head's state through the sequence; chunk states never leave the registers, and only the
+    state entering each chunk is stored (for stage 5)."""
     bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
     bi, hi = bh // nheads, bh % nheads
-    gi = hi // heads_per_group
     h = ct.zeros((BP, BN), dtype=ct.float32)
     if HAS_INIT:
         h = ct.load(init, (bi, hi, pt, nt), shape=(1, 1, BP, BN)).reshape((BP, BN)).astype(ct.float32)
     for c in range(nchunks):
-        d, cs = step_sizes(dt, dt_bias, A, bi, hi, c, seqlen, Q, HAS_BIAS, SOFTPLUS)
-        # Every state tile of this (batch, head) computes the same dt and cumsum and stores
-        # them for the chunk scan: identical values, so the writes may race harmlessly.
-        # (Storing from one tile only, under a branch, hung the kernel on the H200.)
-        ct.store(dts, (bi, hi, c, 0), d.reshape((1, 1, 1, Q)))
-        ct.store(cums, (bi, hi, c, 0), cs.reshape((1, 1, 1, Q)))
         store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
-        s, decay = chunk_state(x, B, d, cs, bi, hi, gi, c, pt, nt, Q, BP, BN)
-        h = h * decay + s
+        h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN)
     ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
 
-# ---- stages 4 and 5, shared by both versions ----------------------------------------------
-@ct.kernel
-def bmm_kernel(C, B, cb, nchunks, ngroups: C_[int], Q: C_[int], BM: C_[int], NS: C_[int]):
-    pid, mt, kt = ct.bid(0), ct.bid(1), ct.bid(2)
-    if kt <= mt:  # the decay mask is causal: tiles above the diagonal are never read
-        gi = pid % ngroups
-        c = (pid // ngroups) % nchunks
-        bi = pid // (ngroups * nchunks)
-        r = Q // BM
-        cm = ct.load(C, (bi, c * r + mt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
-        bk = ct.load(B, (bi, c * r + kt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
-        acc = ct.mma(cm, bk.transpose(), ct.zeros((BM, BM), dtype=ct.float32))
-        ct.store(cb, (bi, c, gi, mt, kt), acc.reshape((1, 1, 1, BM, BM)).astype(cb.dtype))
 
+# ---- stage 5, shared by both versions ------------------------------------------------------
 @ct.kernel
 def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_[int],
                       heads_per_group: C_[int], Q: C_[int], BM: C_[int], P: C_[int], NS: C_[int],
@@ -143,4 +168,4 @@ def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_
 
 
 KERNELS = dict(cumsum=cumsum_kernel, chunk_state=chunk_state_kernel, state_passing=state_passing_kernel,
-               state=state_kernel, bmm=bmm_kernel, chunk_scan=chunk_scan_kernel)
+               bmm=bmm_kernel, prep=prep_kernel, state=state_kernel, chunk_scan=chunk_scan_kernel)

@@ -1,0 +1,38 @@
+"""GPU-free: every cuTile kernel of the SSD forward compiles to an sm_90 cubin, the products
+run on Hopper's tensor cores (wgmma), and the bf16 kernels keep their tiles in registers."""
+import pytest
+import torch
+
+from kernels.cubin import kernel_resources
+from kernels.mamba2.tile_env import have_tile
+
+ok, why = have_tile()
+pytestmark = pytest.mark.skipif(not ok, reason=why)
+
+SHAPE = (8, 512, 64, 64, 128)  # (b, L, h, p, n): the state tiles of the benchmark shape
+MMA_KERNELS = {"prep", "bmm", "chunk_state", "state", "chunk_scan"}
+
+
+@pytest.mark.parametrize("impl", ["fused", "staged"])
+@pytest.mark.parametrize("chunk", [64, 128, 256])
+def test_bf16_kernels_compile_to_wgmma_without_spills(impl, chunk):
+    from kernels.mamba2 import export_cubins
+    cubins = export_cubins(SHAPE, torch.bfloat16, chunk, impl)
+    want = {"prep", "state", "chunk_scan"} if impl == "fused" else {"cumsum", "chunk_state", "state_passing", "bmm",
+                                                                      "chunk_scan"}
+    assert set(cubins) == want
+    for name, cubin in cubins.items():
+        (res,) = kernel_resources(cubin)
+        assert res.frame_bytes <= 128, f"{name}: {res.frame_bytes} bytes of local memory a thread"
+        if name in MMA_KERNELS:
+            assert b"wgmma.mma_async" in cubin, f"{name} does not use wgmma"
+
+
+def test_fp32_and_options_compile():
+    """fp32 inputs (tf32 products), groups = heads, no optional inputs, heads not a power of two."""
+    from kernels.mamba2 import export_cubins
+    assert set(export_cubins((1, 300, 80, 32, 64), torch.bfloat16, 64, "fused", ngroups=80, has_D=False,
+                             has_init=False, has_bias=False, dt_softplus=False)) == {"prep", "state", "chunk_scan"}
+    assert "chunk_scan" in export_cubins(SHAPE, torch.float32, 64, "fused")
+    small = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 256, "fused")  # few sequences: thin state tiles
+    assert b"wgmma.mma_async" in small["state"]

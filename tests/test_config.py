@@ -99,3 +99,18 @@ def test_stage_is_validated_and_shown_only_when_not_the_default():
     RowConfig(1024, 1024, 1, 4, 16, stage="smem").check(65536, 16)  # 128 KiB of bf16 fits
     assert "stage" not in repr(RowConfig(256, 256, 1, 4, 4))
     assert "stage='smem'" in repr(RowConfig(256, 256, 1, 4, 4, stage="smem"))
+
+
+def test_row_sum_takes_its_own_streamed_rows():
+    """The plain row sum and cross-entropy share STREAM_TABLE except where ROW_SUM_STREAM
+    says otherwise (bf16 rows of 256k: cross-entropy's shape cost the sum 5 points, the
+    sum's shape cost cross-entropy 40)."""
+    from kernels.config import ROW_SUM_STREAM, STREAM_TABLE
+    for bits, rows in ROW_SUM_STREAM.items():
+        for bound, *shape in rows:
+            cfg = reduce_config(bound, torch.bfloat16 if bits == 16 else torch.float32)
+            assert (cfg.threads_per_row, cfg.threads_per_block, cfg.cluster_n) == tuple(shape[:3])
+            ce = row_config(bound, bits, keep_row=False)
+            table = next(e for e in STREAM_TABLE[bits] if e[0] == bound)
+            assert (ce.threads_per_row, ce.threads_per_block, ce.cluster_n) == table[1:4]
+    assert reduce_config(4096, torch.bfloat16) == row_config(4096, 16, keep_row=False)

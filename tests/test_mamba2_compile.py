@@ -29,7 +29,7 @@ def test_bf16_kernels_compile_to_wgmma_without_spills(impl, chunk):
 
 
 def test_fp32_and_options_compile():
-    """fp32 inputs (tf32 products), groups = heads, no optional inputs, heads not a power of two."""
+    """fp32 inputs (fp32 products on the CUDA cores), groups = heads, no optional inputs, heads not a power of two."""
     from kernels.mamba2 import export_cubins
     assert set(export_cubins((1, 300, 80, 32, 64), torch.bfloat16, 64, "fused", ngroups=80, has_D=False,
                              has_init=False, has_bias=False, dt_softplus=False)) == {"prep", "state", "chunk_scan"}

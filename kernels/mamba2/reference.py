@@ -51,7 +51,7 @@ FP32 = 4  # bytes of an fp32 intermediate or final state
 
 # ----------------------------------------------------------------------------- checks, helpers
 
-def _check_inputs(x, dt, A, B, C, D, initial_states, dt_bias) -> tuple[int, int, int, int, int, int]:
+def check_shapes(x, dt, A, B, C, D, initial_states, dt_bias) -> tuple[int, int, int, int, int, int]:
     """Raise ValueError unless the shapes follow the contract; return (b, L, h, p, g, n)."""
     for name, t in (("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
@@ -104,7 +104,7 @@ def ssd_sequential(x, dt, A, B, C, D=None, initial_states=None, dt_bias=None, dt
 
     Same arguments and results as ``ssd_reference`` less ``chunk_size``.
     """
-    b, L, h, p, g, n = _check_inputs(x, dt, A, B, C, D, initial_states, dt_bias)
+    b, L, h, p, g, n = check_shapes(x, dt, A, B, C, D, initial_states, dt_bias)
     dt = _dt_eff(_f64(dt), _f64(dt_bias), dt_softplus)                 # (b, L, h)
     x64, A, D = _f64(x), _f64(A), _f64(D)
     group = torch.arange(h, device=x.device) // (h // g)              # head i reads group i // (h / g)
@@ -225,7 +225,7 @@ def ssd_reference(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bi
     states (b, h, p, n) in float64 when ``return_final_states``. Any L >= 0 works (the last
     chunk is padded); ValueError on shapes off the contract or a chunk_size below 1.
     """
-    b, L, h, p, g, n = _check_inputs(x, dt, A, B, C, D, initial_states, dt_bias)
+    b, L, h, p, g, n = check_shapes(x, dt, A, B, C, D, initial_states, dt_bias)
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     dt_eff, dA_cumsum = chunk_cumsum(_f64(dt), _f64(A), chunk_size, _f64(dt_bias), dt_softplus)

@@ -16,14 +16,16 @@ of the pass share every line of arithmetic and differ only in what goes through 
 
 What we decide, not cuTile: the tile sizes, and that they are *not* the chunk size. The
 chunk-scan kernel walks a chunk in (64 x 64) tiles of the (l x l) decay matrix, so a chunk of
-256 costs 10 tile products, not one (256 x 256) tile that no register file holds. Products
-take x's dtype on the tensor cores (bf16, or tf32 for fp32 inputs) and accumulate in fp32;
-the running state, dt and the cumulative sums stay fp32 throughout.
+256 costs 10 tile products, not one (256 x 256) tile as large as an SM's register file.
+bf16/fp16 products run on the tensor cores (wgmma) and accumulate in fp32; fp32 inputs are
+multiplied in fp32 on the CUDA cores (cuTile 1.7.0 emits FMAs for them, no tf32). The running
+state, dt and the cumulative sums stay fp32 throughout.
 """
 import math
 
 import torch
 
+from .reference import check_shapes
 from .tile_env import require_tile
 
 ct = None  # cuda.tile, imported on first use (the package imports without it)
@@ -31,8 +33,9 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: Compiler hints per kernel and input width in bits (``ct.kernel`` options such as
 #: ``occupancy``, the blocks an SM should hold); absent means cuTile's defaults. Data, so a
 #: benchmark can try others. On the H200, occupancy 4 took the bf16 pass from 1776 to 1067 us
-#: (chunk 64; by default cuTile gave these kernels 255 registers a thread, one block an SM).
-#: fp32 (tf32 products) keeps the defaults: capped at 128 registers its tiles spill.
+#: (chunk 64, book/data/mamba2.csv run A); by default cuTile gave these kernels 255 registers
+#: a thread. fp32 keeps the defaults: its FMA products spill either way (4-17 KB of local
+#: memory a thread) and are not tuned.
 HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state", "state",
                                                                         "chunk_scan")}
 _BUILT: dict[int, dict] = {}
@@ -99,21 +102,7 @@ def check_inputs(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bia
     for name, t in tensors.items():
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if x.dim() != 4:
-        raise ValueError(f"x must be (b, L, h, p), got shape {tuple(x.shape)}")
-    b, L, h, p = x.shape
-    if B.dim() != 4 or C.dim() != 4 or B.shape != C.shape or B.shape[:2] != (b, L):
-        raise ValueError(f"B and C must both be (b, L, g, n) = ({b}, {L}, g, n), got {tuple(B.shape)} and {tuple(C.shape)}")
-    g, n = B.shape[2], B.shape[3]
-    if g < 1 or h % g:
-        raise ValueError(f"the number of groups g = {g} must divide the number of heads h = {h}")
-    if dt.shape != (b, L, h):
-        raise ValueError(f"dt must be (b, L, h) = {(b, L, h)}, got {tuple(dt.shape)}")
-    for name, t in (("A", A), ("D", D), ("dt_bias", dt_bias)):
-        if t is not None and t.shape != (h,):
-            raise ValueError(f"{name} must be (h,) = ({h},), got {tuple(t.shape)}")
-    if initial_states is not None and initial_states.shape != (b, h, p, n):
-        raise ValueError(f"initial_states must be (b, h, p, n) = {(b, h, p, n)}, got {tuple(initial_states.shape)}")
+    b, L, h, p, g, n = check_shapes(x, dt, A, B, C, D, initial_states, dt_bias)  # the reference's contract
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise TypeError(f"x must be bf16, fp16 or fp32, got {x.dtype}")
     if B.dtype != x.dtype or C.dtype != x.dtype:

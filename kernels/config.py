@@ -8,10 +8,10 @@ keep the whole row on chip (RMSNorm, softmax) or may stream it (row sums,
 cross-entropy). All of that lives in the table below, as data:
 
     >>> from kernels.config import row_config, print_table
-    >>> row_config(65536, 16, keep_row=True)
-    RowConfig(threads_per_row=256, threads_per_block=256, cluster_n=8, vec=8, vecs_per_thread=4, passes=1)
+    >>> row_config(32768, 16, keep_row=True)
+    RowConfig(threads_per_row=128, threads_per_block=128, cluster_n=8, vec=8, vecs_per_thread=4, passes=1)
     >>> row_config(262144, 16, keep_row=True)
-    RowConfig(threads_per_row=256, threads_per_block=256, cluster_n=16, vec=8, vecs_per_thread=8, passes=1, stage='smem')
+    RowConfig(threads_per_row=512, threads_per_block=512, cluster_n=8, vec=8, vecs_per_thread=8, passes=1, stage='smem')
 
 Pass ``config=RowConfig(...)`` to any op to override the choice.
 """
@@ -216,9 +216,10 @@ def vector_width(n: int, elem_bits: int, row_stride: int | None = None, ptr_alig
 
 
 def _lookup(table, elem_bits, n) -> tuple:
+    """The first row of ``table`` (by element width) whose bound is >= n, bound included."""
     for entry in table[16 if elem_bits <= 16 else 32]:
         if n <= entry[0]:
-            return entry[1:]
+            return entry
     raise ValueError(f"N = {n} is past the largest supported row ({MAX_N})")
 
 
@@ -258,15 +259,14 @@ def row_config(
     if stage is not None and stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     if keep_row:
-        tpr, tpb, cluster, *table_stage = _lookup(KEEP_ROW_TABLE, elem_bits, n)
+        _, tpr, tpb, cluster, *table_stage = _lookup(KEEP_ROW_TABLE, elem_bits, n)
         stage = stage or (table_stage[0] if table_stage else "reg")
         stream_vecs = None
     else:
         entry = _lookup(STREAM_TABLE, elem_bits, n)
-        if row_sum:
-            bound = next(e[0] for e in STREAM_TABLE[16 if elem_bits <= 16 else 32] if n <= e[0])
-            entry = next((e[1:] for e in ROW_SUM_STREAM[16 if elem_bits <= 16 else 32] if e[0] == bound), entry)
-        tpr, tpb, cluster, stream_vecs = entry
+        if row_sum:  # the row sum's own row of the same bound, if it has one
+            entry = next((e for e in ROW_SUM_STREAM[16 if elem_bits <= 16 else 32] if e[0] == entry[0]), entry)
+        _, tpr, tpb, cluster, stream_vecs = entry
         stream_vecs = max(1, stream_vecs * (128 // elem_bits) // vec)  # same bytes when vec is narrower
     cap = TIERS.index(max_tier)
     if cap < 3 and cluster > 1:  # no cluster: one block takes the whole row

@@ -23,7 +23,7 @@ from cutlass import Float32, Int32
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
-from .config import RowConfig, row_config, vector_width
+from .config import RowConfig, row_config
 from .reduce import LOGSUMEXP
 from .rowkernel import RowKernel
 
@@ -88,8 +88,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     if m:
         target_c = target.contiguous()
         err = torch.zeros(1, dtype=torch.int32, device=logits.device)
-        bits = torch.finfo(logits.dtype).bits
-        vec = vector_width(n, bits, logits.stride(0), validate.ptr_align(logits))
+        vec = validate.access_width(n, (logits,))
         kernel = compile_cross_entropy(logits.dtype, n, target.dtype, config=config, vec=vec)
         kernel(logits, loss, None, target_c, err, int(ignore_index))
         # The kernel compares targets as 32-bit integers; an int64 target outside that range

@@ -13,7 +13,7 @@ import torch
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
-from .config import RowConfig, row_config, vector_width
+from .config import RowConfig, row_config
 from .reduce import MAX, SUM, Combine
 from .rowkernel import RowKernel
 
@@ -68,7 +68,7 @@ def reduce_rows(x: torch.Tensor, op: str = "sum", *, max_tier: str = "cluster", 
         raise ValueError(f"out must be a contiguous float32 tensor of shape {tuple(x.shape[:-1])}")
     if m == 0:
         return out
-    vec = vector_width(n, torch.finfo(x.dtype).bits, rows.stride(0), validate.ptr_align(rows))
+    vec = validate.access_width(n, (rows,))
     kernel = compile_reduce(x.dtype, n, op, max_tier=max_tier, stream=stream, config=config, vec=vec)
     kernel(rows, out.view(-1), None, None, None, 0.0)
     return out

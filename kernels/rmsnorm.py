@@ -14,7 +14,7 @@ from cutlass import Float32
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
-from .config import RowConfig, row_config, vector_width
+from .config import RowConfig, row_config
 from .reduce import SUMSQ
 from .rowkernel import RowKernel
 
@@ -60,11 +60,7 @@ def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor,
     rows, orows = validate.as_rows(x), validate.as_rows(out, "out")
     if rows.shape[0] == 0:
         return out
-    tensors = [rows, orows] + ([weight] if weight is not None else [])
-    vec = vector_width(n, torch.finfo(x.dtype).bits, rows.stride(0), validate.ptr_align(*tensors))
-    if orows.stride(0) % vec:
-        vec = vector_width(n, torch.finfo(x.dtype).bits, orows.stride(0), validate.ptr_align(*tensors))
-        vec = min(vec, vector_width(n, torch.finfo(x.dtype).bits, rows.stride(0), 16))
+    vec = validate.access_width(n, (rows, orows), () if weight is None else (weight,))
     kernel = compile_rmsnorm(x.dtype, n, weight is not None, config=config, vec=vec)
     kernel(rows, orows, weight, None, None, float(eps))
     return out

@@ -15,7 +15,7 @@ from cutlass import Float32
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream
-from .config import RowConfig, row_config, vector_width
+from .config import RowConfig, row_config
 from .reduce import LOG2_E, LOGSUMEXP
 from .rowkernel import RowKernel
 
@@ -45,9 +45,8 @@ def softmax_out(x: torch.Tensor, out: torch.Tensor, config: RowConfig | None = N
     rows, orows = validate.as_rows(x), validate.as_rows(out, "out")
     if rows.shape[0] == 0:
         return out
-    n, bits = x.shape[-1], torch.finfo(x.dtype).bits
-    align = validate.ptr_align(rows, orows)
-    vec = min(vector_width(n, bits, rows.stride(0), align), vector_width(n, bits, orows.stride(0), align))
+    n = x.shape[-1]
+    vec = validate.access_width(n, (rows, orows))
     compile_softmax(x.dtype, n, config=config, vec=vec)(rows, orows, None, None, None, 0.0)
     return out
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import MAX_N
+from .config import MAX_N, vector_width
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -47,6 +47,15 @@ def as_rows(x: torch.Tensor, name: str = "x") -> torch.Tensor:
 def check_same_device(a: torch.Tensor, b: torch.Tensor, name: str) -> None:
     if b.device != a.device:
         raise ValueError(f"{name} is on {b.device} but the input is on {a.device}")
+
+
+def access_width(n: int, rows: tuple, others: tuple = ()) -> int:
+    """The widest access (elements, <= 128 bits) every row of every tensor in ``rows`` (2-D,
+    same dtype) allows: it divides N, each row stride, and the base alignment of those
+    tensors and of ``others`` (e.g. a weight read with the same accesses)."""
+    align = ptr_align(*rows, *others)
+    bits = torch.finfo(rows[0].dtype).bits
+    return min(vector_width(n, bits, r.stride(0), align) for r in rows)
 
 
 def ptr_align(*tensors: torch.Tensor) -> int:

@@ -2,12 +2,15 @@
 
     python -m benchmarks.sweep [--out DIR]
     python -m benchmarks.sweep --smem [--out DIR]
+    python -m benchmarks.sweep --reduce [--n N ...] [--dtype bf16 fp32] [--out DIR]
 
 Prints, for each op, dtype and N, the bandwidth of each candidate RowConfig and
 which one the table picks now; the table in kernels/config.py is edited from these
 numbers (they are written to <out>/sweep.csv). ``--smem`` compares, for RMSNorm and
 softmax at the longest rows, the row kept in registers with the row staged in shared
-memory at several block and cluster shapes (<out>/sweep_smem.csv).
+memory at several block and cluster shapes (<out>/sweep_smem.csv). ``--reduce`` times
+streamed configurations of the plain row sum against the read ceiling (by default bf16 at
+1k and 256k, the points chapter 6 showed short of 95%; <out>/sweep_reduce.csv).
 """
 from __future__ import annotations
 
@@ -20,6 +23,23 @@ from kernels.config import RowConfig, row_config
 
 from . import harness as H
 from .bytes import bytes_moved
+
+
+def try_config(rows, op, fn, bits, m, n, ceiling, cfg, picked, **extra):
+    """Time ``fn`` (``op`` under one candidate configuration ``cfg``), append its row to
+    ``rows`` and print it; a candidate the template rejects is reported and skipped."""
+    try:
+        ms = H.time_ms(fn, warmup=3, rep=10)
+    except Exception as e:
+        print("FAIL", op, n, cfg, type(e).__name__, str(e)[:200], flush=True)
+        return None
+    r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n, bytes_moved(op, m, n, bits // 8), ms, ceiling,
+              variant=str(cfg), picked=(cfg == picked), **extra)
+    rows.append(r)
+    print(f"{op:14s} {r['dtype']} N={n:>6} {r['tb_per_s']:.3f} TB/s {r['frac_of_ceiling']:.3f} "
+          f"{'*' if r['picked'] else ' '} {cfg}", flush=True)
+    return r
+
 
 def keep_candidates(n, bits):
     """(threads_per_row, threads_per_block, cluster_n) giving 16, 32 or 64 elements a thread."""
@@ -166,19 +186,50 @@ def smem(out_dir):
                         fn = lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)
                     else:
                         fn = lambda: softmax_out(x, out, config=cfg)
-                    try:
-                        ms = H.time_ms(fn, warmup=3, rep=10)
-                    except Exception as e:
-                        print("FAIL", op, n, cfg, type(e).__name__, str(e)[:200], flush=True)
-                        continue
-                    r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n, bytes_moved(op, m, n, bits // 8),
-                              ms, ceil["copy"], variant=str(cfg), picked=(cfg == picked), stage=cfg.stage)
-                    rows.append(r)
-                    print(f"{op:8s} {r['dtype']} N={n:>6} {r['tb_per_s']:.3f} TB/s {r['frac_of_ceiling']:.3f} "
-                          f"{'*' if r['picked'] else ' '} {cfg}", flush=True)
+                    try_config(rows, op, fn, bits, m, n, ceil["copy"], cfg, picked, stage=cfg.stage)
             del x, out, w
             torch.cuda.empty_cache()
     H.write_suite("sweep_smem", rows, H.metadata({"ceilings": ceil}), out_dir)
+
+
+REDUCE_NS = [1024, 262144]
+
+
+def reduce_candidates(n: int, bits: int):
+    """Streamed configurations of the row sum that cover a row of n elements with 128-bit
+    accesses: one block (short rows) or up to 8 (long ones), 1-8 accesses a pass."""
+    vec = 128 // bits
+    nvec = n // vec
+    out = []
+    short = n <= 4096
+    for tpr in ((16, 32, 64, 128) if short else (128, 256, 512)):
+        for cluster in ((1,) if short else (1, 2, 4, 8)):
+            for vecs in ((1, 2, 4, 8) if short else (2, 4, 8)):
+                if tpr * cluster * vecs > nvec:
+                    continue
+                for tpb in ((128, 256) if short else (tpr,)):
+                    out.append(RowConfig(tpr, tpb, cluster, vec, vecs, math.ceil(nvec / (tpr * cluster * vecs))))
+    return out
+
+
+def reduce_sum(out_dir, ns, dtypes):
+    """The streamed row sum (``reduce_rows``) under each of ``reduce_candidates``."""
+    from kernels.reduction import reduce_config, reduce_rows
+    ceil = H.read_ceiling()
+    print("read ceiling", ceil, flush=True)
+    rows = []
+    for dt in dtypes:
+        bits = torch.finfo(dt).bits
+        for n in ns:
+            m = (1 << 28) // n
+            x = torch.randn(m, n, device="cuda", dtype=dt)
+            out = torch.empty(m, device="cuda")
+            picked = reduce_config(n, dt)
+            for cfg in reduce_candidates(n, bits):
+                try_config(rows, "reduce", lambda: reduce_rows(x, "sum", config=cfg, out=out), bits, m, n, ceil, cfg,
+                           picked)
+            del x, out
+    H.write_suite("sweep_reduce", rows, H.metadata({"ceilings": {"read": ceil}}), out_dir)
 
 
 def main(argv=None):
@@ -186,11 +237,16 @@ def main(argv=None):
     p.add_argument("--out", default=None)
     p.add_argument("--focus", action="store_true")
     p.add_argument("--smem", action="store_true", help="registers against shared memory for the longest kept rows")
+    p.add_argument("--reduce", action="store_true", help="streamed configurations of the row sum")
+    p.add_argument("--n", type=int, nargs="*", default=REDUCE_NS, help="--reduce: row lengths")
+    p.add_argument("--dtype", nargs="*", default=["bf16"], choices=["bf16", "fp32"], help="--reduce: dtypes")
     a = p.parse_args(argv)
     if a.focus:
         return focus(a.out)
     if a.smem:
         return smem(a.out)
+    if a.reduce:
+        return reduce_sum(a.out, a.n, [{"bf16": torch.bfloat16, "fp32": torch.float32}[d] for d in a.dtype])
     from kernels.cross_entropy import cross_entropy
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out
@@ -208,29 +264,19 @@ def main(argv=None):
                 out = torch.empty_like(x) if op != "cross_entropy" else None
                 w = torch.randn(n, device="cuda", dtype=dt)
                 t = torch.randint(0, n, (m,), device="cuda")
-                nbytes = bytes_moved(op, m, n, bits // 8)
                 ceiling = ceil["read" if op == "cross_entropy" else "copy"]
                 picked = row_config(n, bits, keep_row=op != "cross_entropy")
                 vecs_opts = [2, 4, 8] if op == "cross_entropy" else [None]
                 for c in cands:
                     for vecs in vecs_opts:
                         cfg = cfg_for(n, bits, *c, keep=op != "cross_entropy", vecs=vecs)
-                        try:
-                            if op == "rmsnorm":
-                                fn = lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)
-                            elif op == "softmax":
-                                fn = lambda: softmax_out(x, out, config=cfg)
-                            else:
-                                fn = lambda: cross_entropy(x, t, reduction="none", check_target=False, config=cfg)
-                            ms = H.time_ms(fn, warmup=3, rep=10)
-                        except Exception as e:
-                            print("FAIL", op, n, cfg, type(e).__name__, str(e)[:200], flush=True)
-                            continue
-                        r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n, nbytes, ms, ceiling,
-                                  variant=str(cfg), picked=(cfg == picked))
-                        rows.append(r)
-                        print(f"{op:14s} {r['dtype']} N={n:>6} {r['tb_per_s']:.3f} TB/s {r['frac_of_ceiling']:.3f} "
-                              f"{'*' if r['picked'] else ' '} {cfg}", flush=True)
+                        if op == "rmsnorm":
+                            fn = lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)
+                        elif op == "softmax":
+                            fn = lambda: softmax_out(x, out, config=cfg)
+                        else:
+                            fn = lambda: cross_entropy(x, t, reduction="none", check_target=False, config=cfg)
+                        try_config(rows, op, fn, bits, m, n, ceiling, cfg, picked)
                 del x, out, w, t
                 torch.cuda.empty_cache()
     H.write_suite("sweep", rows, H.metadata({"ceilings": ceil}), a.out)

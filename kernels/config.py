@@ -97,7 +97,7 @@ STREAM_TABLE = {
 # The plain row reduction (reduce_rows) has no per-row epilogue that reads the row
 # again (cross-entropy reads the target logit), and where it measured best with another
 # shape its rows replace STREAM_TABLE's rows of the same bound
-# (`python -m benchmarks.sweep_reduce`, book/data/sweep_reduce.csv: bf16 at 256k 96.8% of
+# (`python -m benchmarks.sweep --reduce`, book/data/sweep_reduce.csv: bf16 at 256k 96.8% of
 # the read ceiling against 91.1%; the same shape cost cross-entropy 52% against 91%).
 ROW_SUM_STREAM = {
     16: ((262144, 512, 512, 4, 4),),

@@ -5,7 +5,7 @@ import torch
 from kernels.config import row_config
 from kernels.softmax import softmax, softmax_reference
 
-from _grid import DTYPES, NS, assert_close, ms_for
+from _grid import DTYPES, NS, STAGES, assert_close, ms_for
 from _gpu import requires_gpu
 
 pytestmark = requires_gpu
@@ -17,13 +17,6 @@ def test_softmax(n, dtype):
     for m in ms_for(n):
         x = (torch.randn(m, n, device="cuda") * 3).to(dtype)
         assert_close(softmax(x), softmax_reference(x), dtype, f"M={m}")
-
-
-# Each stage where the table does not pick it: the row staged in shared memory at N the
-# table keeps in registers (N = 1000: two rows a block; ragged 65535 and 262143), and
-# the row in registers at N the table stages.
-STAGES = [(1000, "smem"), (8192, "smem"), (65536, "smem"), (65535, "smem"), (262143, "smem"),
-          (131072, "reg"), (262144, "reg")]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -8,7 +8,7 @@ NS = [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 32768, 65536, 131071, 131072, 262
 # element width): the row staged in shared memory at short and middle N (N = 1000: two
 # rows a block; ragged 65535 and 262143), the row in registers at the longest N.
 STAGES = [(1000, "smem"), (8192, "smem"), (65536, "smem"), (65535, "smem"), (262143, "smem"),
-           (131072, "reg"), (262144, "reg")]
+          (131072, "reg"), (262144, "reg")]
 # Output tolerances against the float64 reference: (rtol, atol) per output dtype.
 TOL = {torch.float32: (2e-5, 2e-6), torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (2e-3, 1e-6)}
 

@@ -25,7 +25,7 @@ from kernels.mamba2.tile_env import have_tile
 
 H = 16  # heads: g = 8 needs h divisible by 8, and g = h is the ungrouped case
 TOL = {torch.bfloat16: 1e-2, torch.float32: 2e-3}  # relative error (Frobenius) against float64
-IMPLS = ["fused", "staged"]
+IMPLS = ["single", "fused", "staged"]
 DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float32, id="fp32")]
 
 HAVE_API = hasattr(kernels.mamba2, "mamba_chunk_scan_combined")

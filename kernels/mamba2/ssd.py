@@ -67,7 +67,7 @@ CHUNK_SIZES = (16, 32, 64, 128, 256)
 #: Head dims and state dims the kernels take (one tile spans each; powers of two).
 HEAD_DIMS = (16, 32, 64, 128)
 STATE_DIMS = (16, 32, 64, 128, 256)
-IMPLS = ("fused", "staged")
+IMPLS = ("single", "fused", "staged")
 
 
 def _tile_block(l: int) -> int:
@@ -94,6 +94,17 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
     while work * (p // bp) * (n // bn) < 4 * 132 and bn > 16:
         bn //= 2
     return bp, bn
+
+
+def scan_tile(p: int, work: int) -> int:
+    """Columns of the state (along p) one block of the one-kernel pass carries: all of p up to
+    64, halved down to 16 while ``work`` (b * h sequences) times the tiles a sequence splits into
+    would leave fewer than two blocks an SM (132 SMs). Each block walks its whole sequence in
+    turn, so few long sequences need the split to fill the GPU."""
+    bp = min(p, 64)
+    while work * (p // bp) < 2 * 132 and bp > 16:
+        bp //= 2
+    return bp
 
 
 def check_inputs(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None):
@@ -145,19 +156,24 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     r = h // g
     dev = x.device
     f32 = dict(device=dev, dtype=torch.float32)
-    dts = torch.empty(b, h, nc, Q, **f32)
-    cums = torch.empty(b, h, nc, Q, **f32)
-    entering = torch.empty(b, nc, h, p, n, device=dev, dtype=x.dtype)
     final = torch.empty(b, h, p, n, **f32)
-    cb = torch.empty(b, nc, g, Q, Q, device=dev, dtype=x.dtype)
     out = torch.empty_like(x)
     # An absent optional tensor is replaced by a stand-in of the same rank that is never read.
     bias_ = dt_bias if dt_bias is not None else torch.empty(1, **f32)
     D_ = D if D is not None else torch.empty(1, **f32)
     init_ = initial_states if initial_states is not None else torch.empty(1, 1, 1, 1, **f32)
     has_bias, has_init, has_D = dt_bias is not None, initial_states is not None, D is not None
-    bp, bn = state_tile(p, n, b * h)
+    if impl == "single":  # blocks of T = min(l, 64) steps; nothing between the stages goes to memory
+        T, bp = BM, scan_tile(p, b * h)
+        return [("scan", (b * h, p // bp, 1),
+                 (x, dt, bias_, A, B, C, D_, init_, out, final, L, math.ceil(L / T), h, r, T, bp, n, has_bias,
+                  bool(dt_softplus), has_D, has_init))], out, final
 
+    dts = torch.empty(b, h, nc, Q, **f32)
+    cums = torch.empty(b, h, nc, Q, **f32)
+    entering = torch.empty(b, nc, h, p, n, device=dev, dtype=x.dtype)
+    cb = torch.empty(b, nc, g, Q, Q, device=dev, dtype=x.dtype)
+    bp, bn = state_tile(p, n, b * h)
     hb = head_block(h, Q)
     if impl == "fused":
         r2 = (Q // BM) ** 2

@@ -134,6 +134,51 @@ def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int
     ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
 
 
+# ---- one kernel: the state never leaves the chip -------------------------------------------
+@ct.kernel
+def scan_kernel(x, dt, dt_bias, A, B, C, D, init, out, final, seqlen, nchunks, nheads: C_[int],
+                heads_per_group: C_[int], T: C_[int], BP: C_[int], NS: C_[int], HAS_BIAS: C_[bool],
+                SOFTPLUS: C_[bool], HAS_D: C_[bool], HAS_INIT: C_[bool]):
+    """All five stages in one loop over blocks of T steps: a block carries the transposed state
+    (NS x BP, fp32) of one head through the sequence. Per block of steps it computes the step
+    sizes and their cumulative sum (stage 1), C B^T (stage 4), the output from the entering state
+    and from inside the block (stage 5), then adds the block's contribution to the decayed state
+    (stages 2 and 3). Nothing but out and the final state is written."""
+    bh, pt = ct.bid(0), ct.bid(1)
+    bi, hi = bh // nheads, bh % nheads
+    gi = hi // heads_per_group
+    a = ct.load(A, (hi,), shape=()).astype(ct.float32)
+    hT = ct.zeros((NS, BP), dtype=ct.float32)
+    if HAS_INIT:
+        hT = ct.load(init, (bi, hi, pt, 0), shape=(1, 1, BP, NS)).reshape((BP, NS)).astype(ct.float32).transpose()
+    rows = ct.arange(T, dtype=ct.int32)
+    for c in range(nchunks):
+        d = ct.load(dt, (bi, c, hi), shape=(1, T, 1), padding_mode=ZERO).reshape((T,)).astype(ct.float32)
+        if HAS_BIAS:
+            d = d + ct.load(dt_bias, (hi,), shape=()).astype(ct.float32)
+        if SOFTPLUS:
+            d = ct.where(d > 20.0, d, ct.log(1.0 + ct.exp(d)))
+        d = ct.where(c * T + rows < seqlen, d, 0.0)
+        cs = ct.cumsum(d * a, axis=0)
+        last = ct.extract(cs, index=(T - 1,), shape=(1,))
+        xc = ct.load(x, (bi, c, hi, pt), shape=(1, T, 1, BP), padding_mode=ZERO).reshape((T, BP))
+        bc = ct.load(B, (bi, c, gi, 0), shape=(1, T, 1, NS), padding_mode=ZERO).reshape((T, NS))
+        cc = ct.load(C, (bi, c, gi, 0), shape=(1, T, 1, NS), padding_mode=ZERO).reshape((T, NS))
+        # out from the entering state: exp(cs_i) * (C_i . state)
+        acc = ct.mma(cc, hT.astype(cc.dtype), ct.zeros((T, BP), dtype=ct.float32)) * ct.exp(cs)[:, None]
+        # out from inside the block: (C B^T o decay o dt) x, causal
+        s = ct.mma(cc, bc.transpose(), ct.zeros((T, T), dtype=ct.float32))
+        s = ct.where(rows[:, None] >= rows[None, :], s * ct.exp(cs[:, None] - cs[None, :]) * d[None, :], 0.0)
+        acc = ct.mma(s.astype(xc.dtype), xc, acc)
+        if HAS_D:
+            acc = acc + ct.load(D, (hi,), shape=()).astype(ct.float32) * xc.astype(ct.float32)
+        ct.store(out, (bi, c, hi, pt), acc.reshape((1, T, 1, BP)).astype(out.dtype))
+        # the state leaving the block: exp(cs_last) state + sum_t exp(cs_last - cs_t) dt_t B_t x_t^T
+        bw = (bc.astype(ct.float32) * (ct.exp(last - cs) * d)[:, None]).astype(xc.dtype)
+        hT = ct.mma(bw.transpose(), xc, hT * ct.exp(last))
+    ct.store(final, (bi, hi, pt, 0), hT.transpose().reshape((1, 1, BP, NS)))
+
+
 # ---- stage 5, shared by both versions ------------------------------------------------------
 @ct.kernel
 def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_[int],
@@ -168,4 +213,4 @@ def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_
 
 
 KERNELS = dict(cumsum=cumsum_kernel, chunk_state=chunk_state_kernel, state_passing=state_passing_kernel,
-               bmm=bmm_kernel, prep=prep_kernel, state=state_kernel, chunk_scan=chunk_scan_kernel)
+               bmm=bmm_kernel, prep=prep_kernel, scan=scan_kernel, state=state_kernel, chunk_scan=chunk_scan_kernel)

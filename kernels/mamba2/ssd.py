@@ -96,6 +96,12 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
     return bp, bn
 
 
+#: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
+#: can try both): ``pre_cs``, the step sizes and their cumulative sums; ``pre_cb``, C B^T.
+#: ``steps``, the steps a block of the loop takes (at most the chunk size).
+SCAN = dict(pre_cs=False, pre_cb=False, steps=64)
+
+
 def scan_tile(p: int, work: int) -> int:
     """Columns of the state (along p) one block of the one-kernel pass carries: all of p up to
     64, halved down to 16 while ``work`` (b * h sequences) times the tiles a sequence splits into
@@ -163,11 +169,23 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     D_ = D if D is not None else torch.empty(1, **f32)
     init_ = initial_states if initial_states is not None else torch.empty(1, 1, 1, 1, **f32)
     has_bias, has_init, has_D = dt_bias is not None, initial_states is not None, D is not None
-    if impl == "single":  # blocks of T = min(l, 64) steps; nothing between the stages goes to memory
-        T, bp = BM, scan_tile(p, b * h)
-        return [("scan", (b * h, p // bp, 1),
-                 (x, dt, bias_, A, B, C, D_, init_, out, final, L, math.ceil(L / T), h, r, T, bp, n, has_bias,
-                  bool(dt_softplus), has_D, has_init))], out, final
+    if impl == "single":  # blocks of T = min(l, 64) steps (SCAN); nothing between the stages goes to memory
+        T, bp = min(Q, SCAN["steps"]), scan_tile(p, b * h)
+        nt = math.ceil(L / T)
+        pre_cs, pre_cb = SCAN["pre_cs"], SCAN["pre_cb"]
+        dts = torch.empty(b, h, nt, T, **f32) if pre_cs else torch.empty(1, 1, 1, 1, **f32)
+        cums = torch.empty_like(dts)
+        cb = torch.empty(b, nt, g, T, T, device=dev, dtype=x.dtype) if pre_cb else torch.empty(1, 1, 1, 1, 1, **f32)
+        launches = []
+        if pre_cs or pre_cb:
+            hb = head_block(h, T)
+            launches.append(("prep", (b * nt, (h // hb if pre_cs else 0) + (g if pre_cb else 0), 1),
+                             (dt, bias_, A, dts, cums, C, B, cb, L, nt, h // hb if pre_cs else 0, g, T, hb, T, n,
+                              has_bias, bool(dt_softplus))))
+        launches.append(("scan", (b * h, p // bp, 1),
+                         (x, dt, bias_, A, B, C, D_, init_, dts, cums, cb, out, final, L, nt, h, r, T, bp, n,
+                          has_bias, bool(dt_softplus), has_D, has_init, pre_cs, pre_cb)))
+        return launches, out, final
 
     dts = torch.empty(b, h, nc, Q, **f32)
     cums = torch.empty(b, h, nc, Q, **f32)

@@ -136,9 +136,9 @@ def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int
 
 # ---- one kernel: the state never leaves the chip -------------------------------------------
 @ct.kernel
-def scan_kernel(x, dt, dt_bias, A, B, C, D, init, out, final, seqlen, nchunks, nheads: C_[int],
+def scan_kernel(x, dt, dt_bias, A, B, C, D, init, dts, cums, cb, out, final, seqlen, nchunks, nheads: C_[int],
                 heads_per_group: C_[int], T: C_[int], BP: C_[int], NS: C_[int], HAS_BIAS: C_[bool],
-                SOFTPLUS: C_[bool], HAS_D: C_[bool], HAS_INIT: C_[bool]):
+                SOFTPLUS: C_[bool], HAS_D: C_[bool], HAS_INIT: C_[bool], PRE_CS: C_[bool], PRE_CB: C_[bool]):
     """All five stages in one loop over blocks of T steps: a block carries the transposed state
     (NS x BP, fp32) of one head through the sequence. Per block of steps it computes the step
     sizes and their cumulative sum (stage 1), C B^T (stage 4), the output from the entering state
@@ -153,13 +153,17 @@ def scan_kernel(x, dt, dt_bias, A, B, C, D, init, out, final, seqlen, nchunks, n
         hT = ct.load(init, (bi, hi, pt, 0), shape=(1, 1, BP, NS)).reshape((BP, NS)).astype(ct.float32).transpose()
     rows = ct.arange(T, dtype=ct.int32)
     for c in range(nchunks):
-        d = ct.load(dt, (bi, c, hi), shape=(1, T, 1), padding_mode=ZERO).reshape((T,)).astype(ct.float32)
-        if HAS_BIAS:
-            d = d + ct.load(dt_bias, (hi,), shape=()).astype(ct.float32)
-        if SOFTPLUS:
-            d = ct.where(d > 20.0, d, ct.log(1.0 + ct.exp(d)))
-        d = ct.where(c * T + rows < seqlen, d, 0.0)
-        cs = ct.cumsum(d * a, axis=0)
+        if PRE_CS:  # stage 1 done by the prep kernel
+            d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, T)).reshape((T,))
+            cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, T)).reshape((T,))
+        else:
+            d = ct.load(dt, (bi, c, hi), shape=(1, T, 1), padding_mode=ZERO).reshape((T,)).astype(ct.float32)
+            if HAS_BIAS:
+                d = d + ct.load(dt_bias, (hi,), shape=()).astype(ct.float32)
+            if SOFTPLUS:
+                d = ct.where(d > 20.0, d, ct.log(1.0 + ct.exp(d)))
+            d = ct.where(c * T + rows < seqlen, d, 0.0)
+            cs = ct.cumsum(d * a, axis=0)
         last = ct.extract(cs, index=(T - 1,), shape=(1,))
         xc = ct.load(x, (bi, c, hi, pt), shape=(1, T, 1, BP), padding_mode=ZERO).reshape((T, BP))
         bc = ct.load(B, (bi, c, gi, 0), shape=(1, T, 1, NS), padding_mode=ZERO).reshape((T, NS))
@@ -167,7 +171,10 @@ def scan_kernel(x, dt, dt_bias, A, B, C, D, init, out, final, seqlen, nchunks, n
         # out from the entering state: exp(cs_i) * (C_i . state)
         acc = ct.mma(cc, hT.astype(cc.dtype), ct.zeros((T, BP), dtype=ct.float32)) * ct.exp(cs)[:, None]
         # out from inside the block: (C B^T o decay o dt) x, causal
-        s = ct.mma(cc, bc.transpose(), ct.zeros((T, T), dtype=ct.float32))
+        if PRE_CB:  # stage 4 done by the prep kernel
+            s = ct.load(cb, (bi, c, gi, 0, 0), shape=(1, 1, 1, T, T)).reshape((T, T)).astype(ct.float32)
+        else:
+            s = ct.mma(cc, bc.transpose(), ct.zeros((T, T), dtype=ct.float32))
         s = ct.where(rows[:, None] >= rows[None, :], s * ct.exp(cs[:, None] - cs[None, :]) * d[None, :], 0.0)
         acc = ct.mma(s.astype(xc.dtype), xc, acc)
         if HAS_D:

@@ -1,17 +1,19 @@
-"""Mamba-2 SSD forward on the GPU: ours (cuTile, fused and staged) against Triton and TileGym.
+"""Mamba-2 SSD forward on the GPU: ours (cuTile) against mamba_ssm's Triton and TileGym's cuTile.
 
-    python -m benchmarks.mamba2              # every shape (meant to fit in 6 minutes on an H200)
+    python -m benchmarks.mamba2              # every shape, chunk 64/128/256
     python -m benchmarks.mamba2 --quick      # the first shape only
-    python -m benchmarks.mamba2 --shapes 0,3 --impls ours,triton --out /tmp/x
+    python -m benchmarks.mamba2 --shapes 0,3 --chunks 64 --impls ours,triton --out /tmp/x
 
 Writes book/data/mamba2.csv (one row per shape, dtype, chunk, feature set and implementation;
 rewritten after every shape, so a run cut short keeps what it measured) and mamba2.json (GPU,
 driver, versions, date, commit).
 
-Implementations: ``ours`` (``impl="fused"``, three kernels), ``ours_staged`` (``impl="staged"``,
-the five stages as five kernels), ``triton`` (mamba_ssm's ``mamba_chunk_scan_combined``) and
-``tilegym`` (TileGym's cuTile ``mamba2_chunk_forward``); see benchmarks/peers_mamba2.py for how
-the peers are imported and how TileGym's contract differs from ours.
+Implementations: ``ours`` (the default ``impl="auto"``: the one-kernel pass where there are
+enough sequences, else three kernels; its ``notes`` say which), ``ours_fused`` (``impl="fused"``,
+three kernels), ``ours_staged`` (``impl="staged"``, five; not run by default), ``triton``
+(mamba_ssm's ``mamba_chunk_scan_combined``) and ``tilegym`` (TileGym's cuTile
+``mamba2_chunk_forward``); see benchmarks/peers_mamba2.py for how the peers are imported and how
+TileGym's contract differs from ours.
 
 Feature sets (column ``features``), on identical inputs:
 
@@ -19,8 +21,8 @@ Feature sets (column ``features``), on identical inputs:
   layer asks for. TileGym applies neither dt_bias nor softplus: its row records that.
 * ``tilegym``: what TileGym computes: the same D and initial states, final states returned, and
   dt already through softplus(dt + dt_bias) (computed once, outside the timed region), so no bias
-  and no softplus in the kernels. Every implementation runs it (where TileGym runs: bf16 only).
-  The math is that of ``full``, so both are checked against one float64 reference.
+  and no softplus in the kernels. Run by TileGym and by ``ours`` (bf16 only), so the two compare
+  on the same work. The math is that of ``full``, so both are checked against one float64 reference.
 
 Each time is the median of CUDA-event-timed calls after warm-up; a peer's first calls (its
 autotuning) happen before the timing and are reported in ``first_call_s``. ``kernels`` lists the
@@ -29,9 +31,10 @@ GPU kernels of one call and their durations (torch.profiler, mean over a few cal
 ``kernels.mamba2.ssd_reference`` in float64 on the GPU, ``rel_err_state`` the same for the final
 states. ``gb_per_s`` and ``tflops`` divide ``ssd_bytes_and_flops``'s unavoidable bytes and its
 FLOPs by the time. A failing implementation records its error in ``error`` and the run goes on.
-TileGym tunes every kernel by an exhaustive search (a compile per configuration) on its first
-call for each shape; ``TILEGYM_DISABLE_AUTOTUNE=1`` takes its first configuration instead (the
-metadata records which).
+TileGym tunes every kernel by an exhaustive search on its first call for each shape (a compile and
+a timing per configuration: 185 s for the first shape at chunk 64 on the H200); ``--tilegym-tuned``
+limits that to some (shape, chunk) pairs, and elsewhere TileGym runs its first configuration
+(``TILEGYM_DISABLE_AUTOTUNE=1``); each TileGym row's ``notes`` say which.
 """
 from __future__ import annotations
 
@@ -60,10 +63,12 @@ SHAPES = [
 ]
 CHUNKS = (64, 128, 256)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-IMPLS = ("ours", "ours_staged", "triton", "tilegym")
-FP32_IMPLS = ("ours", "ours_staged", "triton")  # fp32 runs on the first shape only
+IMPLS = ("ours", "ours_fused", "ours_staged", "triton", "tilegym")
+DEFAULT_IMPLS = ("ours", "ours_fused", "triton", "tilegym")
+OUR_IMPLS = {"ours": "auto", "ours_fused": "fused", "ours_staged": "staged", "ours_single": "single"}
+FP32_IMPLS = ("ours", "ours_fused", "ours_staged", "triton")  # fp32 runs on the first shape only
 COLUMNS = ["b", "L", "h", "p", "n", "g", "dtype", "chunk", "features", "impl", "us", "gb_per_s", "tflops",
-           "rel_err", "rel_err_state", "first_call_s", "reps", "kernels", "error"]
+           "rel_err", "rel_err_state", "first_call_s", "reps", "kernels", "notes", "error"]
 REF_CHUNK = 64  # the float64 reference's chunk: any gives the same numbers, 64 needs the least memory
 
 
@@ -134,10 +139,10 @@ def reference(args, kw):
 def make_call(impl, args, kw, chunk):
     """A zero-argument callable returning (out, final_states); ValueError if impl can't run this."""
     x, dt, A, B, C = args
-    if impl in ("ours", "ours_staged"):
+    if impl in OUR_IMPLS:
         from kernels.mamba2 import mamba_chunk_scan_combined
 
-        mode = "fused" if impl == "ours" else "staged"
+        mode = OUR_IMPLS[impl]
         return lambda: mamba_chunk_scan_combined(x, dt, A, B, C, chunk, **kw, return_final_states=True, impl=mode)
     if impl == "triton":
         f = peers.mamba_ssm_triton()
@@ -203,7 +208,19 @@ def runs(shape_ids, impls):
             yield i, "fp32", [m for m in impls if m in FP32_IMPLS]
 
 
-def measure_shape(i, dname, impls, log=print):
+TILEGYM_SET_IMPLS = ("ours", "tilegym")  # who runs the feature set "tilegym" (ours to compare on it)
+
+
+def tilegym_tuning(i, chunk, tuned):
+    """Set TileGym's autotune switch for SHAPES[i] at this chunk; returns the row's note.
+    ``tuned``: set of (shape index, chunk) where TileGym autotunes (minutes each: a compile and
+    a timing per configuration), None for everywhere."""
+    on = tuned is None or (i, chunk) in tuned
+    os.environ["TILEGYM_DISABLE_AUTOTUNE"] = "0" if on else "1"
+    return "autotuned" if on else "autotune off (TileGym's first configuration)"
+
+
+def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
     """Rows for SHAPES[i] in dtype dname: every chunk, feature set and implementation."""
     from kernels.mamba2 import ssd_bytes_and_flops
 
@@ -219,7 +236,7 @@ def measure_shape(i, dname, impls, log=print):
         torch.cuda.empty_cache()
         return [{**base, "error": f"inputs/reference: {type(e).__name__}: {str(e)[:160]}"}]
     rows = []
-    for chunk in CHUNKS:
+    for chunk in chunks:
         cost = ssd_bytes_and_flops(b, L, h, p, n, g, chunk, torch.finfo(dtype).bits // 8, initial_states=True)
         sets = [("full", (args, kw))] + ([("tilegym", (targs, tkw))] if "tilegym" in impls else [])
         for features, (a, k) in sets:
@@ -227,7 +244,14 @@ def measure_shape(i, dname, impls, log=print):
                 row = {**base, "chunk": chunk, "features": features, "impl": impl}
                 if impl == "tilegym" and features == "full":
                     row["error"] = f"unsupported: TileGym applies no {' and no '.join(peers.TILEGYM_LACKS)}"
+                elif features == "tilegym" and impl not in TILEGYM_SET_IMPLS:
+                    continue
                 else:
+                    if impl == "tilegym":
+                        row["notes"] = tilegym_tuning(i, chunk, tuned)
+                    elif impl == "ours":
+                        from kernels.mamba2.ssd import choose_impl
+                        row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits)
                     try:
                         row.update(measure(impl, a, k, chunk, ref, reps_for(cost.bytes)))
                         row["gb_per_s"] = round(cost.bytes / (row["us"] * 1e-6) / 1e9, 1)
@@ -264,12 +288,18 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="the first shape only")
     ap.add_argument("--shapes", default=None, help="comma-separated indices into SHAPES (default: all)")
-    ap.add_argument("--impls", default=",".join(IMPLS), help=f"comma-separated subset of {','.join(IMPLS)}")
+    ap.add_argument("--chunks", default=",".join(map(str, CHUNKS)), help="comma-separated chunk sizes")
+    ap.add_argument("--tilegym-tuned", default=None,
+                    help="where TileGym autotunes, as shape:chunk pairs (e.g. 0:64,0:128); elsewhere its "
+                         "first configuration. Default: everywhere")
+    ap.add_argument("--impls", default=",".join(DEFAULT_IMPLS), help=f"comma-separated subset of {','.join(IMPLS)}")
     ap.add_argument("--append", action="store_true", help="keep rows of other shapes already in the CSV")
     ap.add_argument("--out", default=None, help="folder for mamba2.csv/.json (default book/data)")
     a = ap.parse_args(argv)
     shape_ids = [0] if a.quick else ([int(s) for s in a.shapes.split(",")] if a.shapes else range(len(SHAPES)))
     impls = [m for m in a.impls.split(",") if m]
+    chunks = [int(c) for c in a.chunks.split(",")]
+    tuned = None if a.tilegym_tuned is None else {tuple(map(int, p.split(":"))) for p in a.tilegym_tuned.split(",") if p}
     unknown = set(impls) - set(IMPLS)
     if unknown:
         ap.error(f"unknown impls {sorted(unknown)}")
@@ -278,13 +308,13 @@ def main(argv=None):
     t0 = time.time()
     ceiling = H.copy_ceiling()
     print(f"copy ceiling: {ceiling:.2f} TB/s; {have_tile()[1]}", flush=True)
-    meta = H.metadata({"suite": "mamba2", "shapes": [SHAPES[i] for i in shape_ids], "chunks": list(CHUNKS),
+    meta = H.metadata({"suite": "mamba2", "shapes": [SHAPES[i] for i in shape_ids],
                        "impls": impls, **peers.peer_versions(), "cutile": have_tile()[1],
-                       "tilegym_autotune_disabled": os.environ.get("TILEGYM_DISABLE_AUTOTUNE"),
+                       "chunks": chunks, "tilegym_autotuned_at": "everywhere" if tuned is None else sorted(tuned),
                        "copy_ceiling_tb_per_s": ceiling})
     rows, path = [], None
     for i, dname, dimpls in runs(shape_ids, impls):
-        rows += measure_shape(i, dname, dimpls, log=lambda r: print(r, flush=True))
+        rows += measure_shape(i, dname, dimpls, log=lambda r: print(r, flush=True), chunks=chunks, tuned=tuned)
         meta["seconds"] = round(time.time() - t0, 1)
         path = write(rows, meta, a.out, a.append)  # after every shape: a run cut short keeps its rows
     print(summary(rows))

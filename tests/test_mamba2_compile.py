@@ -10,17 +10,17 @@ ok, why = have_tile()
 pytestmark = pytest.mark.skipif(not ok, reason=why)
 
 SHAPE = (8, 512, 64, 64, 128)  # (b, L, h, p, n): the state tiles of the benchmark shape
-MMA_KERNELS = {"prep", "bmm", "chunk_state", "state", "chunk_scan"}
+MMA_KERNELS = {"prep", "bmm", "chunk_state", "state", "chunk_scan", "scan"}
+WANT = {"single": {"prep", "scan"}, "fused": {"prep", "state", "chunk_scan"},
+        "staged": {"cumsum", "chunk_state", "state_passing", "bmm", "chunk_scan"}}
 
 
-@pytest.mark.parametrize("impl", ["fused", "staged"])
+@pytest.mark.parametrize("impl", ["single", "fused", "staged"])
 @pytest.mark.parametrize("chunk", [64, 128, 256])
 def test_bf16_kernels_compile_to_wgmma_without_spills(impl, chunk):
     from kernels.mamba2 import export_cubins
     cubins = export_cubins(SHAPE, torch.bfloat16, chunk, impl)
-    want = {"prep", "state", "chunk_scan"} if impl == "fused" else {"cumsum", "chunk_state", "state_passing", "bmm",
-                                                                      "chunk_scan"}
-    assert set(cubins) == want
+    assert set(cubins) == WANT[impl]
     for name, cubin in cubins.items():
         (res,) = kernel_resources(cubin)
         assert res.frame_bytes <= 128, f"{name}: {res.frame_bytes} bytes of local memory a thread"
@@ -36,3 +36,25 @@ def test_fp32_and_options_compile():
     assert "chunk_scan" in export_cubins(SHAPE, torch.float32, 64, "fused")
     small = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 256, "fused")  # few sequences: thin state tiles
     assert b"wgmma.mma_async" in small["state"]
+
+
+def test_one_kernel_pass_compiles_for_few_sequences_and_options():
+    """Thin state tiles (few sequences), groups = heads, no optional inputs, chunk 16."""
+    from kernels.mamba2 import export_cubins
+    from kernels.mamba2.ssd import scan_tile
+    assert scan_tile(64, 32) == 16 and scan_tile(64, 512) == 64
+    thin = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 64, "single")
+    assert set(thin) == WANT["single"] and b"wgmma.mma_async" in thin["scan"]
+    assert set(export_cubins((1, 300, 80, 32, 64), torch.bfloat16, 16, "single", ngroups=80, has_D=False,
+                             has_init=False, has_bias=False, dt_softplus=False)) == WANT["single"]
+
+
+def test_auto_picks_the_one_kernel_pass_only_with_enough_sequences():
+    from kernels.mamba2.ssd import SINGLE_MIN_SEQUENCES, choose_impl
+    assert choose_impl(8, 64, 16) == "single"
+    assert choose_impl(4, 8, 16) == "fused"  # 32 sequences: the state kernel's chain would idle the GPU
+    assert choose_impl(8, 64, 32) == "fused"  # fp32
+    assert choose_impl(1, SINGLE_MIN_SEQUENCES - 1, 16) == "fused" and choose_impl(1, SINGLE_MIN_SEQUENCES, 16) == "single"
+    from kernels.mamba2 import export_cubins
+    assert set(export_cubins((8, 256, 64, 64, 128), torch.bfloat16, 64)) == WANT["single"]
+    assert set(export_cubins((4, 256, 8, 64, 128), torch.bfloat16, 64)) == WANT["fused"]

@@ -33,11 +33,12 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: Compiler hints per kernel and input width in bits (``ct.kernel`` options such as
 #: ``occupancy``, the blocks an SM should hold); absent means cuTile's defaults. Data, so a
 #: benchmark can try others. On the H200, occupancy 4 took the bf16 pass from 1776 to 1067 us
-#: (chunk 64, book/data/mamba2.csv run A); by default cuTile gave these kernels 255 registers
+#: (chunk 64, book/data/mamba2_runs_ab.csv run A); by default cuTile gave these kernels 255 registers
 #: a thread. fp32 keeps the defaults: its FMA products spill either way (4-17 KB of local
 #: memory a thread) and are not tuned.
 HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state", "state",
                                                                         "chunk_scan")}
+HINTS["scan", 16] = {"occupancy": 2}  # H200, chunk 64: 453 -> 368 us (benchmarks/runs/mamba2_run_d.py)
 _BUILT: dict[int, dict] = {}
 
 
@@ -67,7 +68,7 @@ CHUNK_SIZES = (16, 32, 64, 128, 256)
 #: Head dims and state dims the kernels take (one tile spans each; powers of two).
 HEAD_DIMS = (16, 32, 64, 128)
 STATE_DIMS = (16, 32, 64, 128, 256)
-IMPLS = ("single", "fused", "staged")
+IMPLS = ("auto", "single", "fused", "staged")
 
 
 def _tile_block(l: int) -> int:
@@ -98,8 +99,22 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
 
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
 #: can try both): ``pre_cs``, the step sizes and their cumulative sums; ``pre_cb``, C B^T.
-#: ``steps``, the steps a block of the loop takes (at most the chunk size).
-SCAN = dict(pre_cs=False, pre_cb=False, steps=64)
+#: ``steps``, the steps a block of the loop takes (at most the chunk size). On the H200 (bf16,
+#: (8, 4096, 64, 64, 128, 1), chunk 64, default hints): everything in the loop 778 us; stage 1 in
+#: the prep launch 548 us; C B^T there too 453 us (its scan kernel at 168 registers, 384 threads);
+#: 128 steps a block 688 us (spills).
+SCAN = dict(pre_cs=True, pre_cb=True, steps=64)
+#: The one-kernel pass needs sequences (b * h) to fill the GPU: each block walks one through all
+#: its steps. Below this many it loses to the three-kernel pass, whose state kernel is the only
+#: sequential part (H200, bf16: 32 sequences of 16k steps 491 against 261 us; 64 of 64k, 3707
+#: against 1480 us; 512 of 4096, 368 against 805 us). fp32 takes the three-kernel pass (its
+#: FMA products spill in both; 133 against 101 ms).
+SINGLE_MIN_SEQUENCES = 2 * 132
+
+
+def choose_impl(b: int, h: int, bits: int) -> str:
+    """The pass ``impl="auto"`` runs: "single" for 16-bit inputs with enough sequences, else "fused"."""
+    return "single" if bits == 16 and b * h >= SINGLE_MIN_SEQUENCES else "fused"
 
 
 def scan_tile(p: int, work: int) -> int:
@@ -148,7 +163,7 @@ def check_inputs(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bia
 
 
 def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, dt_softplus=False,
-         impl="fused"):
+         impl="auto"):
     """The launches of one forward pass, as data: ``(launches, out, final)`` where each launch
     is ``(kernel name, grid, args)``. Tensors are allocated on x's device, so the same plan
     runs on a GPU or, with tensors on the ``meta`` device, compiles without one
@@ -156,6 +171,8 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     b, L, h, p = x.shape
+    if impl == "auto":
+        impl = choose_impl(b, h, torch.finfo(x.dtype).bits)
     g, n = B.shape[2], B.shape[3]
     Q, BM = chunk_size, _tile_block(chunk_size)
     nc = math.ceil(L / Q)
@@ -214,13 +231,14 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
 
 
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None,
-                              dt_softplus=False, return_final_states=False, *, impl="fused"):
+                              dt_softplus=False, return_final_states=False, *, impl="auto"):
     """The SSD forward with the contract of mamba_ssm's function of the same name.
 
     x (b, L, h, p), dt (b, L, h), A (h), B and C (b, L, g, n), D (h), initial_states (b, h, p, n),
     dt_bias (h). Returns out (b, L, h, p) in x's dtype and, with ``return_final_states``, the
-    final states (b, h, p, n) in fp32. ``impl``: "fused" (three kernels) or "staged" (five,
-    one per stage). L need not be a multiple of chunk_size.
+    final states (b, h, p, n) in fp32. ``impl``: "single" (a small prep launch, then one
+    kernel loops over the sequence), "fused" (three kernels), "staged" (five, one per stage) or
+    "auto" (:func:`choose_impl`). L need not be a multiple of chunk_size.
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
@@ -257,7 +275,7 @@ def _signature(kernel, args):
     return KernelSignature(out, CallingConvention.cutile_python_v1())
 
 
-def export_cubins(shape, dtype=torch.bfloat16, chunk_size=64, impl="fused", *, ngroups=1, gpu_code="sm_90",
+def export_cubins(shape, dtype=torch.bfloat16, chunk_size=64, impl="auto", *, ngroups=1, gpu_code="sm_90",
                   has_D=True, has_init=True, has_bias=True, dt_softplus=True) -> dict[str, bytes]:
     """Compile every kernel of one forward pass for ``gpu_code`` without a GPU; returns
     ``{kernel name: cubin}``. ``shape`` is (b, L, h, p, n)."""

@@ -200,11 +200,11 @@ def measure(impl, args, kw, chunk, ref, reps):
 
 # ----------------------------------------------------------------------------- the suite
 
-def runs(shape_ids, impls):
+def runs(shape_ids, impls, fp32=True):
     """(shape index, dtype name, impls) in the order measured: bf16 everywhere, fp32 on shape 0."""
     for i in shape_ids:
         yield i, "bf16", list(impls)
-        if i == 0 and any(m in FP32_IMPLS for m in impls):
+        if fp32 and i == 0 and any(m in FP32_IMPLS for m in impls):
             yield i, "fp32", [m for m in impls if m in FP32_IMPLS]
 
 
@@ -293,6 +293,7 @@ def main(argv=None):
                     help="where TileGym autotunes, as shape:chunk pairs (e.g. 0:64,0:128); elsewhere its "
                          "first configuration. Default: everywhere")
     ap.add_argument("--impls", default=",".join(DEFAULT_IMPLS), help=f"comma-separated subset of {','.join(IMPLS)}")
+    ap.add_argument("--no-fp32", action="store_true", help="bf16 only (fp32 runs on the first shape by default)")
     ap.add_argument("--append", action="store_true", help="keep rows of other shapes already in the CSV")
     ap.add_argument("--out", default=None, help="folder for mamba2.csv/.json (default book/data)")
     a = ap.parse_args(argv)
@@ -313,7 +314,7 @@ def main(argv=None):
                        "chunks": chunks, "tilegym_autotuned_at": "everywhere" if tuned is None else sorted(tuned),
                        "copy_ceiling_tb_per_s": ceiling})
     rows, path = [], None
-    for i, dname, dimpls in runs(shape_ids, impls):
+    for i, dname, dimpls in runs(shape_ids, impls, not a.no_fp32):
         rows += measure_shape(i, dname, dimpls, log=lambda r: print(r, flush=True), chunks=chunks, tuned=tuned)
         meta["seconds"] = round(time.time() - t0, 1)
         path = write(rows, meta, a.out, a.append)  # after every shape: a run cut short keeps its rows

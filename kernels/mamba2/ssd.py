@@ -1,9 +1,10 @@
-"""Mamba-2's SSD forward pass in cuTile: the five stages as five kernels, and fused into three.
+"""Mamba-2's SSD forward pass in cuTile: the five stages as five kernels, fused into three, and
+in one loop.
 
 The algorithm and its notation are those of ``reference.py`` (b batch, L length, h heads,
 p head dim, g groups, n state dim, l chunk size, c chunks). Each stage is one tile function
-below; a kernel is a loop of tile functions over its share of the work, so the two versions
-of the pass share every line of arithmetic and differ only in what goes through memory:
+in ``tiles.py``; a kernel is a loop of tile functions over its share of the work, so the
+versions of the pass share their arithmetic and differ in what goes through memory:
 
     staged (5 kernels)                  fused (3 kernels)
     1 chunk_cumsum   dt, dA_cumsum      prep kernel: stages 1 and 4 in one launch (both small,
@@ -14,12 +15,20 @@ of the pass share every line of arithmetic and differ only in what goes through 
                                           x's dtype, as the next product reads them)
     5 chunk_scan     out                chunk-scan kernel (the same kernel)
 
+    single (prep + 1 kernel): the prep kernel (stage 1 and C B^T for blocks of 64 steps), then
+    one scan kernel in which a block carries a head's state (fp32) through the whole sequence,
+    producing each block of steps' output and then its update of the state. Only out and the
+    final state are written. It needs many sequences (b * h) to fill the GPU; ``impl="auto"``
+    (the default) takes it for 16-bit inputs with at least SINGLE_MIN_SEQUENCES, and the fused
+    pass otherwise.
+
 What we decide, not cuTile: the tile sizes, and that they are *not* the chunk size. The
 chunk-scan kernel walks a chunk in (64 x 64) tiles of the (l x l) decay matrix, so a chunk of
-256 costs 10 tile products, not one (256 x 256) tile as large as an SM's register file.
-bf16/fp16 products run on the tensor cores (wgmma) and accumulate in fp32; fp32 inputs are
-multiplied in fp32 on the CUDA cores (cuTile 1.7.0 emits FMAs for them, no tf32). The running
-state, dt and the cumulative sums stay fp32 throughout.
+256 costs 10 tile products, not one (256 x 256) tile as large as an SM's register file; the
+one-kernel pass walks blocks of min(l, 64) steps whatever the chunk (the same result up to
+rounding). bf16/fp16 products run on the tensor cores (wgmma) and accumulate in fp32; fp32
+inputs are multiplied in fp32 on the CUDA cores (cuTile 1.7.0 emits FMAs for them, no tf32).
+The running state, dt and the cumulative sums stay fp32 throughout.
 """
 import math
 

@@ -3,6 +3,7 @@
     python -m benchmarks.sweep [--out DIR]
     python -m benchmarks.sweep --smem [--out DIR]
     python -m benchmarks.sweep --reduce [--n N ...] [--dtype bf16 fp32] [--out DIR]
+    python -m benchmarks.sweep --prologue [--n N ...] [--dtype bf16 fp32] [--out DIR]
 
 Prints, for each op, dtype and N, the bandwidth of each candidate RowConfig and
 which one the table picks now; the table in kernels/config.py is edited from these
@@ -10,7 +11,9 @@ numbers (they are written to <out>/sweep.csv). ``--smem`` compares, for RMSNorm 
 softmax at the longest rows, the row kept in registers with the row staged in shared
 memory at several block and cluster shapes (<out>/sweep_smem.csv). ``--reduce`` times
 streamed configurations of the plain row sum against the read ceiling (by default bf16 at
-1k and 256k, the points chapter 6 showed short of 95%; <out>/sweep_reduce.csv).
+1k and 256k, the points chapter 6 showed short of 95%; <out>/sweep_reduce.csv). ``--prologue``
+times cross-entropy with its target loaded after the reduction and while the row's loads are in
+flight (``kernels.cross_entropy.EARLY_TARGET``; <out>/sweep_prologue.csv).
 """
 from __future__ import annotations
 
@@ -232,21 +235,59 @@ def reduce_sum(out_dir, ns, dtypes):
     H.write_suite("sweep_reduce", rows, H.metadata({"ceilings": {"read": ceil}}), out_dir)
 
 
+PROLOGUE_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
+
+
+def prologue(out_dir, ns, dtypes):
+    """Cross-entropy with its target and target logit loaded after the reduction (the
+    default) or while the row's loads are in flight (``early_target``), under the table's
+    configuration and, for rows up to 8k, one-block-per-cluster shapes of 32-128 threads a row
+    and 1-4 accesses a pass."""
+    from kernels.cross_entropy import cross_entropy
+    ceil = H.read_ceiling()
+    print("read ceiling", ceil, flush=True)
+    rows = []
+    for dt in dtypes:
+        bits = torch.finfo(dt).bits
+        for n in ns:
+            m = (1 << 28) // n
+            x = torch.randn(m, n, device="cuda", dtype=dt)
+            t = torch.randint(0, n, (m,), device="cuda")
+            picked = row_config(n, bits, keep_row=False)
+            shapes = [(tpr, tpb, 1) for tpr in (32, 64, 128) for tpb in (128, 256)] if n <= 8192 else []
+            cands = list(dict.fromkeys([picked] + [cfg_for(n, bits, *c, keep=False, vecs=v) for c in shapes
+                                                   for v in (1, 2, 4)]))
+            for cfg in cands:
+                for early in (False, True):
+                    try_config(rows, "cross_entropy", lambda: cross_entropy(x, t, reduction="none", check_target=False,
+                                                                            config=cfg, early_target=early),
+                               bits, m, n, ceil, cfg, picked, early_target=early)
+            del x, t
+            torch.cuda.empty_cache()
+    H.write_suite("sweep_prologue", rows, H.metadata({"ceilings": {"read": ceil}}), out_dir)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=None)
     p.add_argument("--focus", action="store_true")
     p.add_argument("--smem", action="store_true", help="registers against shared memory for the longest kept rows")
     p.add_argument("--reduce", action="store_true", help="streamed configurations of the row sum")
-    p.add_argument("--n", type=int, nargs="*", default=REDUCE_NS, help="--reduce: row lengths")
-    p.add_argument("--dtype", nargs="*", default=["bf16"], choices=["bf16", "fp32"], help="--reduce: dtypes")
+    p.add_argument("--prologue", action="store_true",
+                   help="cross-entropy's target loads after the reduction against during the row's loads")
+    p.add_argument("--n", type=int, nargs="*", default=None, help="--reduce, --prologue: row lengths")
+    p.add_argument("--dtype", nargs="*", default=["bf16"], choices=["bf16", "fp32"],
+                   help="--reduce, --prologue: dtypes")
     a = p.parse_args(argv)
     if a.focus:
         return focus(a.out)
     if a.smem:
         return smem(a.out)
+    dtypes = [{"bf16": torch.bfloat16, "fp32": torch.float32}[d] for d in a.dtype]
     if a.reduce:
-        return reduce_sum(a.out, a.n, [{"bf16": torch.bfloat16, "fp32": torch.float32}[d] for d in a.dtype])
+        return reduce_sum(a.out, a.n or REDUCE_NS, dtypes)
+    if a.prologue:
+        return prologue(a.out, a.n or PROLOGUE_NS, dtypes)
     from kernels.cross_entropy import cross_entropy
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out

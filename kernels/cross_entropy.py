@@ -28,21 +28,42 @@ from .reduce import LOGSUMEXP
 from .rowkernel import RowKernel
 
 
+#: Load each row's target and its logit while the row's own loads are in flight, instead of
+#: after the reduction (two dependent round trips, the logit's address depending on the
+#: target). Not yet measured on the H200: off until it is (``benchmarks.sweep --prologue``).
+EARLY_TARGET = False
+
+
 class CrossEntropy(RowKernel):
     op = LOGSUMEXP
     keep_row = False
     writes_rows = False
 
+    def __init__(self, dtype, n: int, cfg: RowConfig, early_target: bool = EARLY_TARGET):
+        self.early_prologue = early_target
+        super().__init__(dtype, n, cfg)
+
     @cute.jit
-    def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index):
+    def scalar_prologue(self, row, m, mX, mT, ignore_index):
+        """The row's target and, when it names a class, its logit (rows past M: none)."""
+        target = Int32(ignore_index)
+        x_t = Float32(0.0)
+        if row < m:
+            target = Int32(mT[row])
+            if target >= 0 and target < self.n:
+                x_t = Float32(mX[row, target])
+        return target, x_t
+
+    @cute.jit
+    def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index, pre):
         row_max, denom = result
-        target = Int32(mT[row])
+        target, x_t = pre
         loss = Float32(0.0)
         if target != ignore_index:
             if target >= 0 and target < self.n:
                 # (max - x_t) first: both are logits of this row, so when they are large
                 # and close the difference is exact, and log(sum) adds only its own error.
-                loss = (row_max - Float32(mX[row, target])) + cute.math.log(denom, fastmath=False)
+                loss = (row_max - x_t) + cute.math.log(denom, fastmath=False)
             else:
                 loss = Float32(math.nan)
                 mErr[0] = Int32(1)
@@ -50,24 +71,27 @@ class CrossEntropy(RowKernel):
 
 
 def compile_cross_entropy(dtype: torch.dtype, n: int, target_dtype: torch.dtype = torch.int64, *,
-                          config: RowConfig | None = None, vec: int | None = None):
+                          config: RowConfig | None = None, vec: int | None = None,
+                          early_target: bool | None = None):
     cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=False, vec=vec)
+    early = EARLY_TARGET if early_target is None else early_target
     ct = TORCH_TO_CUTE[dtype]
-    key = ("cross_entropy", str(dtype), str(target_dtype), n, cfg)
+    key = ("cross_entropy", str(dtype), str(target_dtype), n, cfg, early)
 
     def build():
         m = cute.sym_int()
-        return CrossEntropy(ct, n, cfg), (fake_rows(ct, n, cfg.vec), fake_vector(Float32, m), None,
-                                          fake_vector(TORCH_TO_CUTE[target_dtype], m), fake_vector(Int32, 1),
-                                          Int32(-100), fake_stream())
+        return CrossEntropy(ct, n, cfg, early), (fake_rows(ct, n, cfg.vec), fake_vector(Float32, m), None,
+                                                 fake_vector(TORCH_TO_CUTE[target_dtype], m), fake_vector(Int32, 1),
+                                                 Int32(-100), fake_stream())
     return compile_once(key, build)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
                   reduction: str = "mean", *, check_target: bool = True,
-                  config: RowConfig | None = None) -> torch.Tensor:
+                  config: RowConfig | None = None, early_target: bool | None = None) -> torch.Tensor:
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
-    ``F.cross_entropy`` (fp32 accumulation; output fp32 for "none", else a scalar)."""
+    ``F.cross_entropy`` (fp32 accumulation; output fp32 for "none", else a scalar).
+    ``config`` and ``early_target`` override the table and ``EARLY_TARGET``."""
     validate.check_rows(logits, "logits", cuda=False)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
@@ -89,7 +113,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         target_c = target.contiguous()
         err = torch.zeros(1, dtype=torch.int32, device=logits.device)
         vec = validate.access_width(n, (logits,))
-        kernel = compile_cross_entropy(logits.dtype, n, target.dtype, config=config, vec=vec)
+        kernel = compile_cross_entropy(logits.dtype, n, target.dtype, config=config, vec=vec,
+                                       early_target=early_target)
         kernel(logits, loss, None, target_c, err, int(ignore_index))
         # The kernel compares targets as 32-bit integers; an int64 target outside that range
         # would alias a valid class, so the checked path also looks for those (same sync).

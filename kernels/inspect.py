@@ -124,7 +124,7 @@ def compile_op(op: str, dtype: str, n: int, **kw):
         return compile_softmax(tdt, n, config=kw.get("config"))
     if op == "cross_entropy":
         from .cross_entropy import compile_cross_entropy
-        return compile_cross_entropy(tdt, n, config=kw.get("config"))
+        return compile_cross_entropy(tdt, n, config=kw.get("config"), early_target=kw.get("early_target"))
     raise ValueError(f"op must be one of {OPS}, got {op!r}")
 
 

@@ -31,7 +31,7 @@ class RowReduce(RowKernel):
         super().__init__(dtype, n, cfg)
 
     @cute.jit
-    def scalar_epilogue(self, result, row, mX, mT, mErr, scalar):
+    def scalar_epilogue(self, result, row, mX, mT, mErr, scalar, pre):
         return result[0]
 
 

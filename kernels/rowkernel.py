@@ -92,6 +92,10 @@ class RowKernel:
     op: Combine
     keep_row: bool = True
     writes_rows: bool = True  # False: one fp32 per row
+    #: Issue ``scalar_prologue``'s loads right after the row's first loads, so that their
+    #: round trips overlap the row's instead of following the reduction (False: just before
+    #: the epilogue, by the one thread that writes the row's result).
+    early_prologue: bool = False
 
     def __init__(self, dtype, n: int, cfg: RowConfig):
         cfg.check(n, dtype.width)
@@ -108,7 +112,12 @@ class RowKernel:
     def row_epilogue(self, x, result, w, scalar):
         raise NotImplementedError
 
-    def scalar_epilogue(self, result, row, mX, mT, mErr, scalar):
+    def scalar_prologue(self, row, m, mX, mT, scalar):
+        """Whatever a scalar epilogue loads besides the reduction (e.g. cross-entropy's target
+        and its logit), handed to it as ``pre``; None by default."""
+        return None
+
+    def scalar_epilogue(self, result, row, mX, mT, mErr, scalar, pre):
         raise NotImplementedError
 
     def row_tile(self, gX, cX, tile, thr, even_n):
@@ -171,6 +180,8 @@ class RowKernel:
         if const_expr(cfg.cluster_n == 1):
             rank = 0
         m = mX.shape[0]
+        row = bidx * cfg.rows_per_block + tidx // cfg.threads_per_row  # this thread's row
+        pre = None
 
         # Partials of the block / cluster tiers live in shared memory.
         smem = cutlass.memory.SmemAllocator()
@@ -228,6 +239,8 @@ class RowKernel:
             tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
             if tXcX[0][0] < m:
                 cute.copy(load, tXgX, tXrX, pred=tXpX)
+            if const_expr(self.early_prologue and not self.writes_rows):
+                pre = self.scalar_prologue(row, m, mX, mT, scalar)
             x = self.transform(tXrX.load().to(Float32))
             state = op.fold(x)
             for p in cutlass.range(1, cfg.passes, unroll=2):
@@ -276,7 +289,10 @@ class RowKernel:
             tXrO.store(y.to(mO.element_type))
             if tXcX[0][0] < m:
                 cute.copy(load, tXrO, tXgO, pred=tXpX)
-        else:
-            row = bidx * cfg.rows_per_block + tidx // cfg.threads_per_row
+        elif const_expr(self.early_prologue):
             if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
-                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar)
+                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar, pre)
+        else:
+            if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
+                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar,
+                                               self.scalar_prologue(row, m, mX, mT, scalar))

@@ -24,6 +24,23 @@ def test_cross_entropy(n, dtype):
         _close(cross_entropy(x, t, reduction="none"), cross_entropy_reference(x, t, reduction="none"))
 
 
+@pytest.mark.parametrize("early", [False, True])
+@pytest.mark.parametrize("n", [1, 1000, 1024, 4097, 262144])
+def test_target_loaded_early_or_late(n, early):
+    """Both places the target and its logit may be loaded (EARLY_TARGET), with ignored rows,
+    and an out-of-range target still flagged."""
+    m = 37
+    x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    t = torch.randint(0, n, (m,), device="cuda")
+    t[::5] = -100
+    out = cross_entropy(x, t, reduction="none", early_target=early)
+    _close(out, cross_entropy_reference(x, t, reduction="none"))
+    assert (out[::5] == 0).all()
+    t[3] = n
+    with pytest.raises(ValueError, match="ignore_index"):
+        cross_entropy(x, t, early_target=early)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("target_dtype", [torch.int64, torch.int32])
 def test_reductions_and_ignore_index(reduction, target_dtype):

@@ -111,6 +111,20 @@ def test_shared_memory_stage_is_only_for_ops_that_write_rows():
         inspect_op("cross_entropy", "fp32", 65536, config=row_config(65536, 32, keep_row=True, stage="smem"))
 
 
+@pytest.mark.parametrize("n", [1000, 1024, 4096, 131072, 262144])
+def test_cross_entropy_target_loads_before_the_fold_only_when_early(n):
+    """EARLY_TARGET: the target (64-bit) and its logit (16-bit) are loaded before the first
+    exp of the fold, not after the reduction's shuffles; neither place spills."""
+    def first(ptx, prefix):
+        return next((i for i, ln in enumerate(ptx.splitlines()) if ln.strip().startswith(prefix)), None)
+    for early in (False, True):
+        rep = inspect_op("cross_entropy", "bf16", n, early_target=early)
+        assert rep.frame_bytes == 0
+        target, fold = first(rep.ptx, "ld.global.b64"), first(rep.ptx, "ex2.approx")
+        assert target is not None and fold is not None
+        assert (target < fold) == early, f"early={early}: target load at line {target}, first exp at {fold}"
+
+
 def test_block_tier_spills_when_a_block_holds_the_whole_row():
     """Chapter 5's claim: one block cannot keep a 256k-element fp32 row in registers."""
     rep = inspect_op("reduce_sum", "fp32", 262144, max_tier="block", stream=False)

@@ -264,23 +264,36 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
     return rows
 
 
+ROW_KEY = ("b", "L", "h", "p", "n", "g", "dtype", "chunk", "features", "impl")
+PART_KEYS = ("commit", "date", "shapes", "chunks", "impls", "tilegym_autotuned_at", "copy_ceiling_tb_per_s", "seconds")
+
+
 def write(rows, meta, out_dir=None, append=False):
-    """book/data/mamba2.csv and .json (through harness's metadata); with ``append``, rows of
-    earlier runs for other (shape, dtype) pairs are kept."""
+    """book/data/mamba2.csv and .json (through harness's metadata). With ``append``, rows of
+    earlier runs are kept unless this run measured the same (shape, dtype, chunk, features,
+    impl), and the JSON lists every run that contributed under ``parts`` (what each measured,
+    when, at which commit)."""
     out_dir = Path(out_dir or H.DATA)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "mamba2.csv"
-    key = lambda r: tuple(str(r.get(c, "")) for c in ("b", "L", "h", "p", "n", "g", "dtype"))
+    path, meta_path = out_dir / "mamba2.csv", out_dir / "mamba2.json"
+    key = lambda r: tuple(str(r.get(c, "")) for c in ROW_KEY)
+    part = {k: meta.get(k) for k in PART_KEYS}
+    parts = [part]
     if append and path.exists():
         ours = {key(r) for r in rows}
         with open(path, newline="") as f:
             rows = [r for r in csv.DictReader(f) if key(r) not in ours] + rows
+        if meta_path.exists():
+            with open(meta_path) as f:
+                old = json.load(f)
+            earlier = old.get("parts") or [{k: old.get(k) for k in PART_KEYS}]
+            parts = [p for p in earlier if (p.get("date"), p.get("commit")) != (part["date"], part["commit"])] + parts
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    with open(out_dir / "mamba2.json", "w") as f:
-        json.dump(meta, f, indent=2)
+    with open(meta_path, "w") as f:
+        json.dump({**meta, "parts": parts}, f, indent=2)
     return path
 
 

@@ -93,7 +93,8 @@ def _torch_ce(m, n, dt, compiled=False):
 def _liger_ce(m, n, dt):
     from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
     x, t = _ce(m, n, dt)
-    # Liger's forward also writes the gradient into the logits (its fused design).
+    # Liger's fused forward writes the gradient into the logits only when they require grad
+    # (liger-kernel 0.8.5: HAS_GRADIENTS=_input.requires_grad); these do not, as in inference.
     return lambda: LigerCrossEntropyFunction.apply(x, t, None, -100, 0.0, 0.0, "none")
 
 

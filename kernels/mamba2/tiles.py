@@ -41,6 +41,14 @@ def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[in
     return ct.mma(xc.transpose(), bw, h * ct.exp(last))
 
 
+def initial_state(init, bi, hi, pt, nt, BP: C_[int], BN: C_[int], HAS_INIT: C_[bool]):
+    """The (BP x BN) tile of the state entering the sequence, in fp32 (zeros without one)."""
+    h = ct.zeros((BP, BN), dtype=ct.float32)
+    if HAS_INIT:
+        h = ct.load(init, (bi, hi, pt, nt), shape=(1, 1, BP, BN)).reshape((BP, BN)).astype(ct.float32)
+    return h
+
+
 def store_state(states, h, bi, c, hi, pt, nt, BP: C_[int], BN: C_[int]):
     ct.store(states, (bi, c, hi, pt, nt), h.reshape((1, 1, 1, BP, BN)).astype(states.dtype))
 
@@ -80,9 +88,7 @@ def state_passing_kernel(states, cums, init, entering, final, nchunks, nheads: C
                          BP: C_[int], BN: C_[int], HAS_INIT: C_[bool]):
     bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
     bi, hi = bh // nheads, bh % nheads
-    h = ct.zeros((BP, BN), dtype=ct.float32)
-    if HAS_INIT:
-        h = ct.load(init, (bi, hi, pt, nt), shape=(1, 1, BP, BN)).reshape((BP, BN)).astype(ct.float32)
+    h = initial_state(init, bi, hi, pt, nt, BP, BN, HAS_INIT)
     for c in range(nchunks):
         store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
         last = ct.load(cums, (bi, hi, c, Q - 1), shape=())
@@ -125,9 +131,7 @@ def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int
     state entering each chunk is stored (for stage 5)."""
     bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
     bi, hi = bh // nheads, bh % nheads
-    h = ct.zeros((BP, BN), dtype=ct.float32)
-    if HAS_INIT:
-        h = ct.load(init, (bi, hi, pt, nt), shape=(1, 1, BP, BN)).reshape((BP, BN)).astype(ct.float32)
+    h = initial_state(init, bi, hi, pt, nt, BP, BN, HAS_INIT)
     for c in range(nchunks):
         store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
         h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN)
@@ -148,9 +152,7 @@ def scan_kernel(x, dt, dt_bias, A, B, C, D, init, dts, cums, cb, out, final, seq
     bi, hi = bh // nheads, bh % nheads
     gi = hi // heads_per_group
     a = ct.load(A, (hi,), shape=()).astype(ct.float32)
-    hT = ct.zeros((NS, BP), dtype=ct.float32)
-    if HAS_INIT:
-        hT = ct.load(init, (bi, hi, pt, 0), shape=(1, 1, BP, NS)).reshape((BP, NS)).astype(ct.float32).transpose()
+    hT = initial_state(init, bi, hi, pt, 0, BP, NS, HAS_INIT).transpose()
     rows = ct.arange(T, dtype=ct.int32)
     for c in range(nchunks):
         if PRE_CS:  # stage 1 done by the prep kernel

@@ -215,9 +215,10 @@ def reduce_candidates(n: int, bits: int):
     return out
 
 
-def reduce_sum(out_dir, ns, dtypes):
-    """The streamed row sum (``reduce_rows``) under each of ``reduce_candidates``."""
-    from kernels.reduction import reduce_config, reduce_rows
+def read_sweep(suite, out_dir, ns, dtypes, time_point):
+    """Sweeps timed against the read-only ceiling: for each dtype and N, an (M, N) input with
+    M * N = 2^28 and ``time_point(rows, x, m, n, bits, ceiling)``, which times its candidates
+    with ``try_config``; the rows go to <out>/<suite>.csv."""
     ceil = H.read_ceiling()
     print("read ceiling", ceil, flush=True)
     rows = []
@@ -226,13 +227,23 @@ def reduce_sum(out_dir, ns, dtypes):
         for n in ns:
             m = (1 << 28) // n
             x = torch.randn(m, n, device="cuda", dtype=dt)
-            out = torch.empty(m, device="cuda")
-            picked = reduce_config(n, dt)
-            for cfg in reduce_candidates(n, bits):
-                try_config(rows, "reduce", lambda: reduce_rows(x, "sum", config=cfg, out=out), bits, m, n, ceil, cfg,
-                           picked)
-            del x, out
-    H.write_suite("sweep_reduce", rows, H.metadata({"ceilings": {"read": ceil}}), out_dir)
+            time_point(rows, x, m, n, bits, ceil)
+            del x
+            torch.cuda.empty_cache()
+    H.write_suite(suite, rows, H.metadata({"ceilings": {"read": ceil}}), out_dir)
+
+
+def reduce_sum(out_dir, ns, dtypes):
+    """The streamed row sum (``reduce_rows``) under each of ``reduce_candidates``."""
+    from kernels.reduction import reduce_config, reduce_rows
+
+    def point(rows, x, m, n, bits, ceil):
+        out = torch.empty(m, device="cuda")
+        picked = reduce_config(n, x.dtype)
+        for cfg in reduce_candidates(n, bits):
+            try_config(rows, "reduce", lambda: reduce_rows(x, "sum", config=cfg, out=out), bits, m, n, ceil, cfg,
+                       picked)
+    read_sweep("sweep_reduce", out_dir, ns, dtypes, point)
 
 
 PROLOGUE_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
@@ -244,27 +255,19 @@ def prologue(out_dir, ns, dtypes):
     configuration and, for rows up to 8k, one-block-per-cluster shapes of 32-128 threads a row
     and 1-4 accesses a pass."""
     from kernels.cross_entropy import cross_entropy
-    ceil = H.read_ceiling()
-    print("read ceiling", ceil, flush=True)
-    rows = []
-    for dt in dtypes:
-        bits = torch.finfo(dt).bits
-        for n in ns:
-            m = (1 << 28) // n
-            x = torch.randn(m, n, device="cuda", dtype=dt)
-            t = torch.randint(0, n, (m,), device="cuda")
-            picked = row_config(n, bits, keep_row=False)
-            shapes = [(tpr, tpb, 1) for tpr in (32, 64, 128) for tpb in (128, 256)] if n <= 8192 else []
-            cands = list(dict.fromkeys([picked] + [cfg_for(n, bits, *c, keep=False, vecs=v) for c in shapes
-                                                   for v in (1, 2, 4)]))
-            for cfg in cands:
-                for early in (False, True):
-                    try_config(rows, "cross_entropy", lambda: cross_entropy(x, t, reduction="none", check_target=False,
-                                                                            config=cfg, early_target=early),
-                               bits, m, n, ceil, cfg, picked, early_target=early)
-            del x, t
-            torch.cuda.empty_cache()
-    H.write_suite("sweep_prologue", rows, H.metadata({"ceilings": {"read": ceil}}), out_dir)
+
+    def point(rows, x, m, n, bits, ceil):
+        t = torch.randint(0, n, (m,), device="cuda")
+        picked = row_config(n, bits, keep_row=False)
+        shapes = [(tpr, tpb, 1) for tpr in (32, 64, 128) for tpb in (128, 256)] if n <= 8192 else []
+        cands = list(dict.fromkeys([picked] + [cfg_for(n, bits, *c, keep=False, vecs=v) for c in shapes
+                                               for v in (1, 2, 4)]))
+        for cfg in cands:
+            for early in (False, True):
+                try_config(rows, "cross_entropy", lambda: cross_entropy(x, t, reduction="none", check_target=False,
+                                                                        config=cfg, early_target=early),
+                           bits, m, n, ceil, cfg, picked, early_target=early)
+    read_sweep("sweep_prologue", out_dir, ns, dtypes, point)
 
 
 def main(argv=None):

@@ -34,6 +34,7 @@ import math
 
 import torch
 
+from .. import validate
 from .reference import check_shapes
 from .tile_env import require_tile
 
@@ -144,7 +145,7 @@ def check_inputs(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bia
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     b, L, h, p, g, n = check_shapes(x, dt, A, B, C, D, initial_states, dt_bias)  # the reference's contract
-    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+    if x.dtype not in validate.FLOAT_DTYPES:
         raise TypeError(f"x must be bf16, fp16 or fp32, got {x.dtype}")
     if B.dtype != x.dtype or C.dtype != x.dtype:
         raise TypeError(f"B and C must have x's dtype {x.dtype}, got {B.dtype} and {C.dtype}")
@@ -162,10 +163,8 @@ def check_inputs(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bia
     for name, t in tensors.items():
         if t is None:
             continue
-        if t.device.type != "cuda":
-            raise ValueError(f"{name} must be a CUDA tensor, got one on {t.device}")
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device}, x on {x.device}")
+        validate.check_cuda(t, name)
+        validate.check_same_device(x, t, name)
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
     return b, L, h, p, g, n

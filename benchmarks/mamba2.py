@@ -223,6 +223,7 @@ def tilegym_tuning(i, chunk, tuned):
 def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
     """Rows for SHAPES[i] in dtype dname: every chunk, feature set and implementation."""
     from kernels.mamba2 import ssd_bytes_and_flops
+    from kernels.mamba2.ssd import choose_impl
 
     b, L, h, p, n, g = SHAPES[i]
     dtype = DTYPES[dname]
@@ -250,7 +251,6 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
                     if impl == "tilegym":
                         row["notes"] = tilegym_tuning(i, chunk, tuned)
                     elif impl == "ours":
-                        from kernels.mamba2.ssd import choose_impl
                         row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits)
                     try:
                         row.update(measure(impl, a, k, chunk, ref, reps_for(cost.bytes)))

@@ -209,7 +209,13 @@ def main(argv=None):
     p.add_argument("suites", nargs="+", choices=sorted(SUITES))
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None)
+    p.add_argument("--ce-early-target", choices=["on", "off"], default=None,
+                   help="cross-entropy: load the target during the row's loads (on) or after the "
+                        "reduction (off); default: kernels.cross_entropy.EARLY_TARGET")
     a = p.parse_args(argv)
+    import kernels.cross_entropy as ce
+    if a.ce_early_target is not None:
+        ce.EARLY_TARGET = a.ce_early_target == "on"
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings (TB/s):", ceil, flush=True)
     for s in a.suites:
@@ -219,6 +225,8 @@ def main(argv=None):
         firsts = [r["first_call_s"] for r in rows if "first_call_s" in r]
         meta_ours = {"max_first_call_s": max(firsts), "recompiles_after_first_call":
                      sum(r.get("recompiles_after_first", 0) for r in rows)} if firsts else {}
+        if s == "cross_entropy":
+            meta_ours["early_target"] = ce.EARLY_TARGET
         meta = H.metadata({**meta_ours, "suite": s, "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"],
                            "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
                            "total_elements": TOTAL})

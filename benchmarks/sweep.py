@@ -40,7 +40,7 @@ def try_config(rows, op, fn, bits, m, n, ceiling, cfg, picked, **extra):
               variant=str(cfg), picked=(cfg == picked), **extra)
     rows.append(r)
     print(f"{op:14s} {r['dtype']} N={n:>6} {r['tb_per_s']:.3f} TB/s {r['frac_of_ceiling']:.3f} "
-          f"{'*' if r['picked'] else ' '} {cfg}", flush=True)
+          f"{'*' if r['picked'] else ' '} {cfg}{''.join(f' {k}={v}' for k, v in extra.items())}", flush=True)
     return r
 
 
@@ -231,6 +231,7 @@ def read_sweep(suite, out_dir, ns, dtypes, time_point):
             del x
             torch.cuda.empty_cache()
     H.write_suite(suite, rows, H.metadata({"ceilings": {"read": ceil}}), out_dir)
+    return rows
 
 
 def reduce_sum(out_dir, ns, dtypes):
@@ -249,17 +250,17 @@ def reduce_sum(out_dir, ns, dtypes):
 PROLOGUE_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 
 
-def prologue(out_dir, ns, dtypes):
+def prologue(out_dir, ns, dtypes, table_only=False):
     """Cross-entropy with its target and target logit loaded after the reduction (the
     default) or while the row's loads are in flight (``early_target``), under the table's
     configuration and, for rows up to 8k, one-block-per-cluster shapes of 32-128 threads a row
-    and 1-4 accesses a pass."""
+    and 1-4 accesses a pass (not with ``table_only``)."""
     from kernels.cross_entropy import cross_entropy
 
     def point(rows, x, m, n, bits, ceil):
         t = torch.randint(0, n, (m,), device="cuda")
         picked = row_config(n, bits, keep_row=False)
-        shapes = [(tpr, tpb, 1) for tpr in (32, 64, 128) for tpb in (128, 256)] if n <= 8192 else []
+        shapes = [(tpr, tpb, 1) for tpr in (32, 64, 128) for tpb in (128, 256)] if n <= 8192 and not table_only else []
         cands = list(dict.fromkeys([picked] + [cfg_for(n, bits, *c, keep=False, vecs=v) for c in shapes
                                                for v in (1, 2, 4)]))
         for cfg in cands:
@@ -267,7 +268,14 @@ def prologue(out_dir, ns, dtypes):
                 try_config(rows, "cross_entropy", lambda: cross_entropy(x, t, reduction="none", check_target=False,
                                                                         config=cfg, early_target=early),
                            bits, m, n, ceil, cfg, picked, early_target=early)
-    read_sweep("sweep_prologue", out_dir, ns, dtypes, point)
+    rows = read_sweep("sweep_prologue", out_dir, ns, dtypes, point)
+    print("fraction of the read ceiling, late target / early target: table's config; best config")
+    for key in dict.fromkeys((r["dtype"], r["N"]) for r in rows):
+        pick = {r["early_target"]: r["frac_of_ceiling"] for r in rows if (r["dtype"], r["N"]) == key and r["picked"]}
+        best = {e: max(r["frac_of_ceiling"] for r in rows if (r["dtype"], r["N"]) == key and r["early_target"] == e)
+                for e in (False, True)}
+        print(f"  {key[0]} N={key[1]:>6}: {pick.get(False, 0):.3f} / {pick.get(True, 0):.3f}; "
+              f"{best[False]:.3f} / {best[True]:.3f}", flush=True)
 
 
 def main(argv=None):
@@ -281,6 +289,7 @@ def main(argv=None):
     p.add_argument("--n", type=int, nargs="*", default=None, help="--reduce, --prologue: row lengths")
     p.add_argument("--dtype", nargs="*", default=["bf16"], choices=["bf16", "fp32"],
                    help="--reduce, --prologue: dtypes")
+    p.add_argument("--table-only", action="store_true", help="--prologue: only the table's configuration")
     a = p.parse_args(argv)
     if a.focus:
         return focus(a.out)
@@ -290,7 +299,7 @@ def main(argv=None):
     if a.reduce:
         return reduce_sum(a.out, a.n or REDUCE_NS, dtypes)
     if a.prologue:
-        return prologue(a.out, a.n or PROLOGUE_NS, dtypes)
+        return prologue(a.out, a.n or PROLOGUE_NS, dtypes, a.table_only)
     from kernels.cross_entropy import cross_entropy
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out

@@ -25,7 +25,7 @@ def _ours_rmsnorm(m, n, dt):
     return lambda: rmsnorm_out(x, w, out, 1e-6)
 
 
-def compiled(f, backend="inductor"):
+def fresh_compile(f, backend="inductor"):
     """``torch.compile(f, dynamic=False)`` compiled afresh. Every point of a suite compiles the
     same lambda (one code object) for a new shape or dtype, and Dynamo stops compiling a code
     object after ``recompile_limit`` (8) graphs and silently runs it eagerly: the suites of
@@ -39,7 +39,7 @@ def _torch_rmsnorm(m, n, dt, compiled=False):
     x, w = _rmsnorm(m, n, dt)
     f = lambda x, w: F.rms_norm(x, (n,), w, 1e-6)
     if compiled:
-        f = compiled(f)
+        f = fresh_compile(f)
     return lambda: f(x, w)
 
 
@@ -66,7 +66,7 @@ def _torch_softmax(m, n, dt, compiled=False):
     x = _x(m, n, dt)
     f = lambda x: torch.softmax(x, -1)
     if compiled:
-        f = compiled(f)
+        f = fresh_compile(f)
     return lambda: f(x)
 
 
@@ -96,7 +96,7 @@ def _torch_ce(m, n, dt, compiled=False):
     x, t = _ce(m, n, dt)
     f = lambda x, t: F.cross_entropy(x.float(), t, reduction="none")
     if compiled:
-        f = compiled(f)
+        f = fresh_compile(f)
     return lambda: f(x, t)
 
 

@@ -11,7 +11,7 @@ def test_every_shape_and_dtype_gets_its_own_graph():
     counters.clear()
     for dt in (torch.float32, torch.bfloat16):
         for n in (8, 16, 24, 32, 40, 48, 56, 64):
-            f = compiled(lambda x: torch.softmax(x, -1), backend="eager")
+            f = fresh_compile(lambda x: torch.softmax(x, -1), backend="eager")
             x = torch.randn(2, n, dtype=dt)
             torch.testing.assert_close(f(x), torch.softmax(x, -1))
             assert counters["stats"]["unique_graphs"] == 1, (dt, n)  # this point was compiled

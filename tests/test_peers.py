@@ -1,12 +1,15 @@
 """GPU-free: the torch.compile peer compiles every point of a suite (benchmarks/peers.py)."""
 import torch
 
-from benchmarks.peers import compiled
+import pytest
+
+import benchmarks.peers as peers
+from benchmarks.peers import fresh_compile
 
 
 def test_every_shape_and_dtype_gets_its_own_graph():
     """Sixteen points of one lambda (a suite's 8 N x 2 dtypes): without the reset in
-    ``compiled``, Dynamo's recompile limit (8) would run the last eight eagerly."""
+    ``fresh_compile``, Dynamo's recompile limit (8) would run the last eight eagerly."""
     from torch._dynamo.utils import counters
     counters.clear()
     for dt in (torch.float32, torch.bfloat16):
@@ -16,3 +19,23 @@ def test_every_shape_and_dtype_gets_its_own_graph():
             torch.testing.assert_close(f(x), torch.softmax(x, -1))
             assert counters["stats"]["unique_graphs"] == 1, (dt, n)  # this point was compiled
             counters.clear()
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "softmax", "cross_entropy"])
+def test_the_suites_torch_compile_entry_compiles_and_matches_eager(op, monkeypatch):
+    """The suites' "torch.compile" entry, built as a suite builds it (on CPU tensors, Dynamo's
+    eager backend): it compiles one graph and returns eager's values. Its first version failed
+    on every point ("'bool' object is not callable": the helper's name was shadowed)."""
+    from torch._dynamo.utils import counters
+    monkeypatch.setattr(peers, "_x", lambda m, n, dt: torch.randn(m, n, dtype=dt))
+    monkeypatch.setattr(peers, "_ce", lambda m, n, dt: (torch.randn(m, n, dtype=dt), torch.randint(0, n, (m,))))
+    monkeypatch.setattr(peers, "_rmsnorm", lambda m, n, dt: (torch.randn(m, n, dtype=dt), torch.randn(n, dtype=dt)))
+    monkeypatch.setattr(peers, "fresh_compile", lambda f: fresh_compile(f, backend="eager"))
+    table = dict(peers.peer_impls(op))
+    torch.manual_seed(0)
+    compiled = table["torch.compile"](3, 16, torch.float32)
+    torch.manual_seed(0)
+    eager = table["torch"](3, 16, torch.float32)
+    counters.clear()
+    torch.testing.assert_close(compiled(), eager())
+    assert counters["stats"]["unique_graphs"] == 1

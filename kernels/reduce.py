@@ -74,7 +74,9 @@ def _online_combine(a, b):
 def _online_fold(x):
     m = x.reduce(cute.ReductionOp.MAX, init_val=-math.inf, reduction_profile=0)
     m_safe = _finite_or_zero(m)
-    e = cute.math.exp2(x * LOG2_E - m_safe * LOG2_E, fastmath=True)
+    # (x - m) first: exact for x near m, so the terms that matter keep full precision even for
+    # logits far from 0 (x * log2e - m * log2e rounds each product: errors of |m| * 2^-24)
+    e = cute.math.exp2((x - m_safe) * LOG2_E, fastmath=True)
     return (m, e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
 
 

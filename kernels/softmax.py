@@ -26,7 +26,7 @@ class Softmax(RowKernel):
 
     def row_epilogue(self, x, result, w, scalar):
         row_max, denom = result
-        e = cute.math.exp2(x * LOG2_E - row_max * LOG2_E, fastmath=True)
+        e = cute.math.exp2((x - row_max) * LOG2_E, fastmath=True)  # subtract first, as the fold does
         return e * cute.arch.rcp_approx(denom)
 
 

@@ -223,7 +223,7 @@ def tilegym_tuning(i, chunk, tuned):
 def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
     """Rows for SHAPES[i] in dtype dname: every chunk, feature set and implementation."""
     from kernels.mamba2 import ssd_bytes_and_flops
-    from kernels.mamba2.ssd import SCAN, choose_impl, scan_segments
+    from kernels.mamba2.ssd import choose_impl
 
     b, L, h, p, n, g = SHAPES[i]
     dtype = DTYPES[dname]
@@ -251,10 +251,7 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
                     if impl == "tilegym":
                         row["notes"] = tilegym_tuning(i, chunk, tuned)
                     elif impl == "ours":
-                        row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits, L, chunk)
-                        segs = scan_segments(b * h, math.ceil(L / min(chunk, SCAN["steps"])))
-                        if row["notes"] == "impl=single" and segs > 1:
-                            row["notes"] += f" segments={segs}"
+                        row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits)
                     try:
                         row.update(measure(impl, a, k, chunk, ref, reps_for(cost.bytes)))
                         row["gb_per_s"] = round(cost.bytes / (row["us"] * 1e-6) / 1e9, 1)

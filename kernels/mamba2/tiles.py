@@ -140,23 +140,21 @@ def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int
 
 # ---- one kernel: the state never leaves the chip -------------------------------------------
 @ct.kernel
-def scan_kernel(x, dt, dt_bias, A, B, C, D, init, dts, cums, cb, out, final, seqlen, nchunks, nseg, seg_len,
-                nheads: C_[int], heads_per_group: C_[int], T: C_[int], BP: C_[int], NS: C_[int], HAS_BIAS: C_[bool],
+def scan_kernel(x, dt, dt_bias, A, B, C, D, init, dts, cums, cb, out, final, seqlen, nchunks, nheads: C_[int],
+                heads_per_group: C_[int], T: C_[int], BP: C_[int], NS: C_[int], HAS_BIAS: C_[bool],
                 SOFTPLUS: C_[bool], HAS_D: C_[bool], HAS_INIT: C_[bool], PRE_CS: C_[bool], PRE_CB: C_[bool]):
     """All five stages in one loop over blocks of T steps: a block carries the transposed state
-    (NS x BP, fp32) of one head through its segment of the sequence (blocks [s seg_len, (s + 1)
-    seg_len) for segment s; the whole sequence when nseg is 1), starting from the state entering
-    the segment (init viewed as (b nseg, h, p, n)). Per block of steps it computes the step sizes
-    and their cumulative sum (stage 1), C B^T (stage 4), the output from the entering state and
-    from inside the block (stage 5), then adds the block's contribution to the decayed state
-    (stages 2 and 3). Nothing but out and the final state (by the last segment) is written."""
-    bh, pt, sg = ct.bid(0), ct.bid(1), ct.bid(2)
+    (NS x BP, fp32) of one head through the sequence. Per block of steps it computes the step
+    sizes and their cumulative sum (stage 1), C B^T (stage 4), the output from the entering state
+    and from inside the block (stage 5), then adds the block's contribution to the decayed state
+    (stages 2 and 3). Nothing but out and the final state is written."""
+    bh, pt = ct.bid(0), ct.bid(1)
     bi, hi = bh // nheads, bh % nheads
     gi = hi // heads_per_group
     a = ct.load(A, (hi,), shape=()).astype(ct.float32)
-    hT = initial_state(init, bi * nseg + sg, hi, pt, 0, BP, NS, HAS_INIT).transpose()
+    hT = initial_state(init, bi, hi, pt, 0, BP, NS, HAS_INIT).transpose()
     rows = ct.arange(T, dtype=ct.int32)
-    for c in range(sg * seg_len, ct.minimum(nchunks, (sg + 1) * seg_len)):
+    for c in range(nchunks):
         if PRE_CS:  # stage 1 done by the prep kernel
             d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, T)).reshape((T,))
             cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, T)).reshape((T,))
@@ -187,29 +185,7 @@ def scan_kernel(x, dt, dt_bias, A, B, C, D, init, dts, cums, cb, out, final, seq
         # the state leaving the block: exp(cs_last) state + sum_t exp(cs_last - cs_t) dt_t B_t x_t^T
         bw = (bc.astype(ct.float32) * (ct.exp(last - cs) * d)[:, None]).astype(xc.dtype)
         hT = ct.mma(bw.transpose(), xc, hT * ct.exp(last))
-    if sg == nseg - 1:
-        ct.store(final, (bi, hi, pt, 0), hT.transpose().reshape((1, 1, BP, NS)))
-
-
-@ct.kernel
-def segment_state_kernel(x, B, dts, cums, seg_states, seg_decay, nchunks, nseg, seg_len, nheads: C_[int],
-                         heads_per_group: C_[int], Q: C_[int], BP: C_[int], BN: C_[int]):
-    """Stages 2 and 3 over one segment of seg_len chunks, from a zero state: the segment's own
-    contribution to the state leaving it, and (as a (b, h, nseg, 1) array, the layout the
-    state-passing kernel reads) the sum of its chunks' log-decays. The state-passing kernel then
-    chains the segments, and the one-kernel pass runs every segment at once from the state
-    entering it."""
-    pid, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
-    hi = pid % nheads
-    sg = (pid // nheads) % nseg
-    bi = pid // (nheads * nseg)
-    h = ct.zeros((BP, BN), dtype=ct.float32)
-    decay = ct.zeros((1,), dtype=ct.float32)
-    for c in range(sg * seg_len, ct.minimum(nchunks, (sg + 1) * seg_len)):
-        h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN)
-        decay = decay + ct.load(cums, (bi, hi, c, Q - 1), shape=(1, 1, 1, 1)).reshape((1,))
-    store_state(seg_states, h, bi, sg, hi, pt, nt, BP, BN)
-    ct.store(seg_decay, (bi, hi, sg, 0), decay.reshape((1, 1, 1, 1)))
+    ct.store(final, (bi, hi, pt, 0), hT.transpose().reshape((1, 1, BP, NS)))
 
 
 # ---- stage 5, shared by both versions ------------------------------------------------------
@@ -246,5 +222,4 @@ def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_
 
 
 KERNELS = dict(cumsum=cumsum_kernel, chunk_state=chunk_state_kernel, state_passing=state_passing_kernel,
-               bmm=bmm_kernel, prep=prep_kernel, scan=scan_kernel, segment_state=segment_state_kernel,
-               state=state_kernel, chunk_scan=chunk_scan_kernel)
+               bmm=bmm_kernel, prep=prep_kernel, scan=scan_kernel, state=state_kernel, chunk_scan=chunk_scan_kernel)

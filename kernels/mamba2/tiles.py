@@ -6,6 +6,10 @@ import cuda.tile as ct
 
 C_ = ct.Constant
 ZERO = ct.PaddingMode.ZERO
+#: cuTile's load-latency hint (``latency=``, 1 low to 10 high DRAM traffic) for the loads of x
+#: and B in ``chunk_state`` (the state kernels); None lets the compiler infer it. Read when the
+#: kernels compile, so a benchmark sets it in a fresh process (benchmarks/runs/mamba2_run_f.py).
+STATE_LOAD_LATENCY = None
 
 
 # ---- tile functions: one per piece of arithmetic --------------------------------------
@@ -35,8 +39,10 @@ def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[in
     cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
     last = ct.extract(cs, index=(Q - 1,), shape=(1,))
     w = ct.exp(last - cs) * d
-    xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO).reshape((Q, BP))
-    bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO).reshape((Q, BN))
+    xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO,
+                 latency=STATE_LOAD_LATENCY).reshape((Q, BP))
+    bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO,
+                 latency=STATE_LOAD_LATENCY).reshape((Q, BN))
     bw = (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype)
     return ct.mma(xc.transpose(), bw, h * ct.exp(last))
 

@@ -14,9 +14,8 @@ sys.path.insert(0, ".")
 LAT = os.environ.get("M2LAT", "none")
 import kernels.mamba2.tiles as tiles
 tiles.STATE_LOAD_LATENCY = None if LAT == "none" else int(LAT)
-from kernels.mamba2 import ssd, reference as R
-from benchmarks import harness as H
-from benchmarks.mamba2 import make_inputs, rel_err, kernel_times
+from kernels.mamba2 import ssd
+from benchmarks.mamba2 import make_inputs, measure, reference
 
 OUT = os.environ.get("M2OUT", "/tmp")
 t0 = time.time()
@@ -27,27 +26,17 @@ def say(*a):
     print(f"[{time.time() - t0:5.0f}s] lat={LAT}", *a, flush=True)
 
 
-def timed(shape, chunk, tile, occupancy, check=False):
+def timed(shape, args, kw, ref, chunk, tile, occupancy):
+    """The suite's measurement (benchmarks.mamba2.measure: first call, errors against float64,
+    median time, per-kernel times) of the three-kernel pass under one state-kernel variant."""
     base_tile = ssd.state_tile
     try:
         ssd.state_tile = lambda p, n, work: tile
         ssd.set_hints("state", 16, occupancy=occupancy)
-        args, kw = make_inputs(*shape, torch.bfloat16, seed=1)
-        x, dt, A, B, C = args
-        fn = lambda: ssd.mamba_chunk_scan_combined(x, dt, A, B, C, chunk, **kw, return_final_states=True,
-                                                   impl="fused")
-        t = time.time(); o, f = fn(); torch.cuda.synchronize(); first = time.time() - t
-        err = ""
-        if check:
-            ref = R.ssd_reference(x.double(), dt, A, B.double(), C.double(), 64, **kw, return_final_states=True)
-            err = "err %.2e/%.2e" % (rel_err(o, ref[0]), rel_err(f, ref[1]))
-            del ref
-        del o, f
-        us = H.time_ms(fn, warmup=3, rep=15) * 1e3
-        ks = kernel_times(fn, 2)
-        say(shape, chunk, tile, f"occ {occupancy}", f"{us:.1f} us", err, f"first {first:.1f}s", ks[:160])
-        rows.append(dict(latency=LAT, shape=shape, chunk=chunk, tile=tile, occupancy=occupancy, us=round(us, 1),
-                         err=err, kernels=ks))
+        row = dict(latency=LAT, shape=shape, chunk=chunk, tile=tile, occupancy=occupancy,
+                   **measure("ours_fused", args, kw, chunk, ref, 15))
+        say(*(f"{k}={v}" for k, v in row.items()))
+        rows.append(row)
     except Exception:
         say(shape, chunk, tile, occupancy, "FAIL", traceback.format_exc()[-600:])
     finally:
@@ -57,11 +46,13 @@ def timed(shape, chunk, tile, occupancy, check=False):
 
 
 for shape in ((4, 16384, 8, 64, 128, 1), (1, 65536, 64, 64, 128, 1)):
+    args, kw = make_inputs(*shape, torch.bfloat16, seed=1)
+    ref = reference(args, kw)
     for chunk in (64, 128):
         for tile in ((64, 16), (64, 32), (64, 64)):
             for occupancy in (4, 2):
-                timed(shape, chunk, tile, occupancy, check=(chunk == 64 and tile == (64, 32) and occupancy == 2
-                                                            and shape[0] == 4))
+                timed(shape, args, kw, ref, chunk, tile, occupancy)
+    del args, kw, ref
 with open(os.path.join(OUT, f"results_{LAT}.csv"), "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["latency"])
     w.writeheader(); w.writerows(rows)

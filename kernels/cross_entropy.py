@@ -30,7 +30,9 @@ from .rowkernel import RowKernel
 
 #: Load each row's target and its logit while the row's own loads are in flight, instead of
 #: after the reduction (two dependent round trips, the logit's address depending on the
-#: target). Not yet measured on the H200: off until it is (``benchmarks.sweep --prologue``).
+#: target). Measured on the H200 (``benchmarks.sweep --prologue --table-only``,
+#: book/data/sweep_prologue.csv): no gain anywhere, and slower for bf16 at N = 4k-131k (e.g.
+#: 32k: 77.8% against 86.7% of the read ceiling; 1k: 72.9 against 72.7). So it stays off.
 EARLY_TARGET = False
 
 

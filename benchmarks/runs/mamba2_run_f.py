@@ -9,7 +9,7 @@ M2OUT names a folder for results_<M2LAT>.csv.
 
 Without a GPU (export_cubins, (1, 65536, 64, 64, 128) chunk 64): with latency 2 the state kernel
 grows from 9856 to 14336 bytes of code and from 27.1 to 46.4 KiB of shared memory a block (deeper
-load buffering is our reading of it); 4, 6 and 8 keep the size of no hint. About 110 s a value
+load buffering is our reading of it); 4, 6 and 8 keep the size of no hint. Estimated (not measured) at about 110 s a value
 on the H200 (24 measurements and two float64 references), so the three fit one device call.
 """
 import csv, faulthandler, os, sys, time, traceback

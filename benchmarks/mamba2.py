@@ -223,7 +223,7 @@ def tilegym_tuning(i, chunk, tuned):
 def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
     """Rows for SHAPES[i] in dtype dname: every chunk, feature set and implementation."""
     from kernels.mamba2 import ssd_bytes_and_flops
-    from kernels.mamba2.ssd import choose_impl
+    from kernels.mamba2.ssd import SCAN, choose_impl, scan_segments
 
     b, L, h, p, n, g = SHAPES[i]
     dtype = DTYPES[dname]
@@ -251,7 +251,10 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
                     if impl == "tilegym":
                         row["notes"] = tilegym_tuning(i, chunk, tuned)
                     elif impl == "ours":
-                        row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits)
+                        row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits, L, chunk)
+                        segs = scan_segments(b * h, math.ceil(L / min(chunk, SCAN["steps"])))
+                        if row["notes"] == "impl=single" and segs > 1:
+                            row["notes"] += f" segments={segs}"
                     try:
                         row.update(measure(impl, a, k, chunk, ref, reps_for(cost.bytes)))
                         row["gb_per_s"] = round(cost.bytes / (row["us"] * 1e-6) / 1e9, 1)
@@ -309,7 +312,13 @@ def main(argv=None):
     ap.add_argument("--no-fp32", action="store_true", help="bf16 only (fp32 runs on the first shape by default)")
     ap.add_argument("--append", action="store_true", help="keep rows of other shapes already in the CSV")
     ap.add_argument("--out", default=None, help="folder for mamba2.csv/.json (default book/data)")
+    ap.add_argument("--segments", type=int, default=None,
+                    help="kernels.mamba2.ssd.SEGMENTS for the one-kernel pass (0: chosen by scan_segments, "
+                         "N: forced; default: off, as in the library)")
     a = ap.parse_args(argv)
+    if a.segments is not None:
+        from kernels.mamba2 import ssd
+        ssd.SEGMENTS = a.segments
     shape_ids = [0] if a.quick else ([int(s) for s in a.shapes.split(",")] if a.shapes else range(len(SHAPES)))
     impls = [m for m in a.impls.split(",") if m]
     chunks = [int(c) for c in a.chunks.split(",")]
@@ -325,7 +334,7 @@ def main(argv=None):
     meta = H.metadata({"suite": "mamba2", "shapes": [SHAPES[i] for i in shape_ids],
                        "impls": impls, **peers.peer_versions(), "cutile": have_tile()[1],
                        "chunks": chunks, "tilegym_autotuned_at": "everywhere" if tuned is None else sorted(tuned),
-                       "copy_ceiling_tb_per_s": ceiling})
+                       "copy_ceiling_tb_per_s": ceiling, "segments": a.segments})
     rows, path = [], None
     for i, dname, dimpls in runs(shape_ids, impls, not a.no_fp32):
         rows += measure_shape(i, dname, dimpls, log=lambda r: print(r, flush=True), chunks=chunks, tuned=tuned)

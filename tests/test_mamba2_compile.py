@@ -10,9 +10,10 @@ ok, why = have_tile()
 pytestmark = pytest.mark.skipif(not ok, reason=why)
 
 SHAPE = (8, 512, 64, 64, 128)  # (b, L, h, p, n): the state tiles of the benchmark shape
-MMA_KERNELS = {"prep", "bmm", "chunk_state", "state", "chunk_scan", "scan"}
+MMA_KERNELS = {"prep", "bmm", "chunk_state", "state", "chunk_scan", "scan", "segment_state"}
 WANT = {"single": {"prep", "scan"}, "fused": {"prep", "state", "chunk_scan"},
-        "staged": {"cumsum", "chunk_state", "state_passing", "bmm", "chunk_scan"}}
+        "staged": {"cumsum", "chunk_state", "state_passing", "bmm", "chunk_scan"},
+        "segments": {"prep", "segment_state", "state_passing", "scan"}}
 
 
 @pytest.mark.parametrize("impl", ["single", "fused", "staged"])
@@ -38,23 +39,37 @@ def test_fp32_and_options_compile():
     assert b"wgmma.mma_async" in small["state"]
 
 
-def test_one_kernel_pass_compiles_for_few_sequences_and_options():
-    """Thin state tiles (few sequences), groups = heads, no optional inputs, chunk 16."""
-    from kernels.mamba2 import export_cubins
-    from kernels.mamba2.ssd import scan_tile
+def test_one_kernel_pass_compiles_for_few_sequences_and_options(monkeypatch):
+    """Few sequences: thin state tiles by default, or cut into segments (``ssd.SEGMENTS = 0``,
+    opt-in until measured); groups = heads, no optional inputs, chunk 16."""
+    from kernels.mamba2 import export_cubins, ssd
+    from kernels.mamba2.ssd import scan_segments, scan_tile
     assert scan_tile(64, 32) == 16 and scan_tile(64, 512) == 64
     thin = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 64, "single")
     assert set(thin) == WANT["single"] and b"wgmma.mma_async" in thin["scan"]
+    assert scan_segments(32, 256) == 1  # off by default
+    monkeypatch.setattr(ssd, "SEGMENTS", 0)
+    # 32 sequences of 256 blocks: 16 segments (512 blocks); 64 of 1024: 8; 512 sequences: none;
+    # 16 blocks: segments of at least 4 blocks
+    assert (scan_segments(32, 256), scan_segments(64, 1024), scan_segments(512, 64), scan_segments(32, 16)) == (16, 8, 1, 4)
+    segmented = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 64, "single")
+    assert set(segmented) == WANT["segments"]
+    for name in ("segment_state", "scan"):
+        assert b"wgmma.mma_async" in segmented[name] and kernel_resources(segmented[name])[0].frame_bytes == 0
     assert set(export_cubins((1, 300, 80, 32, 64), torch.bfloat16, 16, "single", ngroups=80, has_D=False,
-                             has_init=False, has_bias=False, dt_softplus=False)) == WANT["single"]
+                             has_init=False, has_bias=False, dt_softplus=False)) == WANT["segments"]
 
 
-def test_auto_picks_the_one_kernel_pass_only_with_enough_sequences():
+def test_auto_picks_the_one_kernel_pass_only_with_enough_sequences(monkeypatch):
+    from kernels.mamba2 import ssd
     from kernels.mamba2.ssd import SINGLE_MIN_SEQUENCES, choose_impl
     assert choose_impl(8, 64, 16) == "single"
-    assert choose_impl(4, 8, 16) == "fused"  # 32 sequences: the state kernel's chain would idle the GPU
+    assert choose_impl(4, 8, 16) == "fused"  # 32 short sequences: the scan would idle the GPU
+    assert choose_impl(4, 8, 16, 16384, 64) == "fused"  # 32 long ones: segments are off by default
     assert choose_impl(8, 64, 32) == "fused"  # fp32
     assert choose_impl(1, SINGLE_MIN_SEQUENCES - 1, 16) == "fused" and choose_impl(1, SINGLE_MIN_SEQUENCES, 16) == "single"
     from kernels.mamba2 import export_cubins
     assert set(export_cubins((8, 256, 64, 64, 128), torch.bfloat16, 64)) == WANT["single"]
     assert set(export_cubins((4, 256, 8, 64, 128), torch.bfloat16, 64)) == WANT["fused"]
+    monkeypatch.setattr(ssd, "SEGMENTS", 0)  # segments on: 32 long sequences become 512 segments
+    assert choose_impl(4, 8, 16, 16384, 64) == "single" and choose_impl(4, 8, 16, 256, 64) == "fused"

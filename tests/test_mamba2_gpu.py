@@ -11,6 +11,7 @@ tests skip and say why. The bad-input tests run anywhere: the API validates befo
 cuda.tile, checking shapes first, then dtypes, then devices, so that on a machine without a GPU
 CPU tensors reach the shape and dtype checks.
 """
+import math
 import zlib
 
 import pytest
@@ -148,6 +149,25 @@ def test_optional_inputs(dtype, flags, impl):
     assert all((kw[k] is not None) == opts[k] for k in ("D", "initial_states", "dt_bias"))
     out, state = ssd(*args, 64, **kw, return_final_states=True, impl=impl)
     check(out, state, reference(args, kw), dtype, (2, 256, H, 64, 64), f"{impl} {opts}")
+
+
+@gpu_test
+@pytest.mark.parametrize("segments", [2, 3, 7])
+@pytest.mark.parametrize("L", [700, 1024])
+def test_one_kernel_pass_in_segments(L, segments, monkeypatch):
+    """The one-kernel pass cut into segments (forced here; ``scan_segments`` picks them for few
+    long sequences), with every optional input and a partial last block and segment."""
+    from kernels.mamba2 import ssd as ssd_module
+    monkeypatch.setattr(ssd_module, "SEGMENTS", segments)
+    args, kw = make_inputs(2, L, H, 64, 64, 2, torch.bfloat16, seed=seed(L, segments), D=True, initial_states=True,
+                           dt_bias=True, dt_softplus=True)
+    launches = ssd_module.plan(*args, 64, **kw, impl="single")[0]
+    assert [name for name, _, _ in launches] == ["prep", "segment_state", "state_passing", "scan"]
+    nblocks = math.ceil(L / 64)
+    seg_len = math.ceil(nblocks / segments)  # L = 700, 7 segments asked: 11 blocks in 6 segments of 2
+    assert launches[-1][1][2] == math.ceil(nblocks / seg_len)  # the scan's grid: one block row per segment
+    out, state = ssd(*args, 64, **kw, return_final_states=True, impl="single")
+    check(out, state, reference(args, kw), torch.bfloat16, (2, L, H, 64, 64), f"L={L} segments={segments}")
 
 
 @gpu_test

@@ -47,7 +47,7 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: a thread. fp32 keeps the defaults: its FMA products spill either way (4-17 KB of local
 #: memory a thread) and are not tuned.
 HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state", "state",
-                                                                        "chunk_scan")}
+                                                                        "segment_state", "chunk_scan")}
 HINTS["scan", 16] = {"occupancy": 2}  # H200, chunk 64: 453 -> 368 us (benchmarks/runs/mamba2_run_d.py)
 _BUILT: dict[int, dict] = {}
 
@@ -122,9 +122,38 @@ SCAN = dict(pre_cs=True, pre_cb=True, steps=64)
 SINGLE_MIN_SEQUENCES = 2 * 132
 
 
-def choose_impl(b: int, h: int, bits: int) -> str:
-    """The pass ``impl="auto"`` runs: "single" for 16-bit inputs with enough sequences, else "fused"."""
-    return "single" if bits == 16 and b * h >= SINGLE_MIN_SEQUENCES else "fused"
+def choose_impl(b: int, h: int, bits: int, L: int = 1, chunk_size: int = 64) -> str:
+    """The pass ``impl="auto"`` runs: "single" for 16-bit inputs whose sequences, cut into
+    segments where they are long enough (``scan_segments``), number at least
+    SINGLE_MIN_SEQUENCES; else "fused"."""
+    nblocks = math.ceil(L / min(chunk_size, SCAN["steps"]))
+    segs = scan_segments(b * h, nblocks) if SCAN["pre_cs"] else 1
+    return "single" if bits == 16 and b * h * segs >= SINGLE_MIN_SEQUENCES else "fused"
+
+
+#: The one-kernel pass may cut each sequence into segments when sequences are too few to fill
+#: the GPU: a segment is at least SEGMENT_MIN_BLOCKS blocks of steps, and segments double until
+#: sequences x segments reach SINGLE_MIN_SEQUENCES. A launch computes each segment's own
+#: contribution to the state (``segment_state_kernel``), the state-passing kernel chains them,
+#: and every segment then runs the scan at once from the state entering it. None (the default)
+#: means no segments (the pass then splits p instead, ``scan_tile``); 0 chooses them
+#: (``scan_segments``); an int forces that many. Off until measured: the first version (H200
+#: run E, benchmarks/runs) lost to the three-kernel pass, its segment-state kernel taking 986 us
+#: of 1774 on (1, 65536, 64); this one accumulates each segment as one GEMM (walked from the end).
+SEGMENT_MIN_BLOCKS = 4
+SEGMENTS: int | None = None
+
+
+def scan_segments(work: int, nblocks: int) -> int:
+    """Segments each of ``work`` sequences of ``nblocks`` blocks of steps is cut into (see SEGMENTS)."""
+    if SEGMENTS is None:
+        return 1
+    if SEGMENTS:
+        return max(1, min(SEGMENTS, nblocks))
+    s = 1
+    while work * s < SINGLE_MIN_SEQUENCES and nblocks // (2 * s) >= SEGMENT_MIN_BLOCKS:
+        s *= 2
+    return s
 
 
 def scan_tile(p: int, work: int) -> int:
@@ -180,7 +209,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     b, L, h, p = x.shape
     if impl == "auto":
-        impl = choose_impl(b, h, torch.finfo(x.dtype).bits)
+        impl = choose_impl(b, h, torch.finfo(x.dtype).bits, L, chunk_size)
     g, n = B.shape[2], B.shape[3]
     Q, BM = chunk_size, _tile_block(chunk_size)
     nc = math.ceil(L / Q)
@@ -195,9 +224,13 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     init_ = initial_states if initial_states is not None else torch.empty(1, 1, 1, 1, **f32)
     has_bias, has_init, has_D = dt_bias is not None, initial_states is not None, D is not None
     if impl == "single":  # blocks of T = min(l, 64) steps (SCAN); nothing between the stages goes to memory
-        T, bp = min(Q, SCAN["steps"]), scan_tile(p, b * h)
+        T = min(Q, SCAN["steps"])
         nt = math.ceil(L / T)
         pre_cs, pre_cb = SCAN["pre_cs"], SCAN["pre_cb"]
+        segs = scan_segments(b * h, nt) if pre_cs else 1  # segments read the prep launch's step sizes
+        seg_len = math.ceil(nt / segs)
+        segs = math.ceil(nt / seg_len)
+        bp = scan_tile(p, b * h * segs)
         dts = torch.empty(b, h, nt, T, **f32) if pre_cs else torch.empty(1, 1, 1, 1, **f32)
         cums = torch.empty_like(dts)
         cb = torch.empty(b, nt, g, T, T, device=dev, dtype=x.dtype) if pre_cb else torch.empty(1, 1, 1, 1, 1, **f32)
@@ -207,9 +240,22 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             launches.append(("prep", (b * nt, (h // hb if pre_cs else 0) + (g if pre_cb else 0), 1),
                              (dt, bias_, A, dts, cums, C, B, cb, L, nt, h // hb if pre_cs else 0, g, T, hb, T, n,
                               has_bias, bool(dt_softplus))))
-        launches.append(("scan", (b * h, p // bp, 1),
-                         (x, dt, bias_, A, B, C, D_, init_, dts, cums, cb, out, final, L, nt, h, r, T, bp, n,
-                          has_bias, bool(dt_softplus), has_D, has_init, pre_cs, pre_cb)))
+        scan_init, scan_has_init = init_, has_init
+        if segs > 1:  # each segment's contribution, then the states entering the segments (fp32)
+            sp, sn = state_tile(p, n, b * h * segs)
+            seg_states = torch.empty(b, segs, h, p, n, **f32)
+            seg_decay = torch.empty(b, h, segs, 1, **f32)
+            entering = torch.empty(b, segs, h, p, n, **f32)
+            launches += [
+                ("segment_state", (b * segs * h, p // sp, n // sn),
+                 (x, B, dts, cums, seg_states, seg_decay, nt, segs, seg_len, h, r, T, sp, sn)),
+                ("state_passing", (b * h, p // sp, n // sn),
+                 (seg_states, seg_decay, init_, entering, final, segs, h, 1, sp, sn, has_init)),
+            ]
+            scan_init, scan_has_init = entering.view(b * segs, h, p, n), True
+        launches.append(("scan", (b * h, p // bp, segs),
+                         (x, dt, bias_, A, B, C, D_, scan_init, dts, cums, cb, out, final, L, nt, segs, seg_len, h, r,
+                          T, bp, n, has_bias, bool(dt_softplus), has_D, scan_has_init, pre_cs, pre_cb, segs > 1)))
         return launches, out, final
 
     dts = torch.empty(b, h, nc, Q, **f32)

@@ -146,21 +146,29 @@ def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int
 
 # ---- one kernel: the state never leaves the chip -------------------------------------------
 @ct.kernel
-def scan_kernel(x, dt, dt_bias, A, B, C, D, init, dts, cums, cb, out, final, seqlen, nchunks, nheads: C_[int],
-                heads_per_group: C_[int], T: C_[int], BP: C_[int], NS: C_[int], HAS_BIAS: C_[bool],
-                SOFTPLUS: C_[bool], HAS_D: C_[bool], HAS_INIT: C_[bool], PRE_CS: C_[bool], PRE_CB: C_[bool]):
+def scan_kernel(x, dt, dt_bias, A, B, C, D, init, dts, cums, cb, out, final, seqlen, nchunks, nseg, seg_len,
+                nheads: C_[int], heads_per_group: C_[int], T: C_[int], BP: C_[int], NS: C_[int], HAS_BIAS: C_[bool],
+                SOFTPLUS: C_[bool], HAS_D: C_[bool], HAS_INIT: C_[bool], PRE_CS: C_[bool], PRE_CB: C_[bool],
+                SEGMENTED: C_[bool]):
     """All five stages in one loop over blocks of T steps: a block carries the transposed state
-    (NS x BP, fp32) of one head through the sequence. Per block of steps it computes the step
-    sizes and their cumulative sum (stage 1), C B^T (stage 4), the output from the entering state
-    and from inside the block (stage 5), then adds the block's contribution to the decayed state
-    (stages 2 and 3). Nothing but out and the final state is written."""
+    (NS x BP, fp32) of one head through the sequence or, with SEGMENTED, through its segment of
+    it (blocks [s seg_len, (s + 1) seg_len) for segment s = bid(2)), starting from the state
+    entering it (init, viewed as (b nseg, h, p, n) when segmented). Per block of steps it
+    computes the step sizes and their cumulative sum (stage 1), C B^T (stage 4), the output from
+    the entering state and from inside the block (stage 5), then adds the block's contribution
+    to the decayed state (stages 2 and 3). Nothing but out and the final state (by the last
+    segment) is written. Unsegmented, the machine code is that of the kernel before segments."""
     bh, pt = ct.bid(0), ct.bid(1)
     bi, hi = bh // nheads, bh % nheads
     gi = hi // heads_per_group
     a = ct.load(A, (hi,), shape=()).astype(ct.float32)
-    hT = initial_state(init, bi, hi, pt, 0, BP, NS, HAS_INIT).transpose()
+    first, stop, entering = 0, nchunks, bi
+    if SEGMENTED:
+        sg = ct.bid(2)
+        first, stop, entering = sg * seg_len, ct.minimum(nchunks, (sg + 1) * seg_len), bi * nseg + sg
+    hT = initial_state(init, entering, hi, pt, 0, BP, NS, HAS_INIT).transpose()
     rows = ct.arange(T, dtype=ct.int32)
-    for c in range(nchunks):
+    for c in range(first, stop):
         if PRE_CS:  # stage 1 done by the prep kernel
             d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, T)).reshape((T,))
             cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, T)).reshape((T,))
@@ -191,7 +199,45 @@ def scan_kernel(x, dt, dt_bias, A, B, C, D, init, dts, cums, cb, out, final, seq
         # the state leaving the block: exp(cs_last) state + sum_t exp(cs_last - cs_t) dt_t B_t x_t^T
         bw = (bc.astype(ct.float32) * (ct.exp(last - cs) * d)[:, None]).astype(xc.dtype)
         hT = ct.mma(bw.transpose(), xc, hT * ct.exp(last))
-    ct.store(final, (bi, hi, pt, 0), hT.transpose().reshape((1, 1, BP, NS)))
+    if SEGMENTED:
+        if ct.bid(2) == nseg - 1:
+            ct.store(final, (bi, hi, pt, 0), hT.transpose().reshape((1, 1, BP, NS)))
+    else:
+        ct.store(final, (bi, hi, pt, 0), hT.transpose().reshape((1, 1, BP, NS)))
+
+
+@ct.kernel
+def segment_state_kernel(x, B, dts, cums, seg_states, seg_decay, nchunks, nseg, seg_len, nheads: C_[int],
+                         heads_per_group: C_[int], Q: C_[int], BP: C_[int], BN: C_[int]):
+    """Stages 2 and 3 over one segment of seg_len chunks, from a zero state: the segment's own
+    contribution to the state leaving it, sum_t exp(cs_end - cs_t) dt_t x_t B_t^T, and (as a
+    (b, h, nseg, 1) array, the layout the state-passing kernel reads) the segment's log-decay
+    cs_end. The chunks are walked from the last: each weight carries the decay of the chunks
+    after its own as one scalar, so the accumulator only ever receives products (a GEMM over
+    the segment's steps, no rescaling between them, unlike the forward recurrence of
+    ``chunk_state``). The state-passing kernel then chains the segments."""
+    pid, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
+    hi = pid % nheads
+    sg = (pid // nheads) % nseg
+    bi = pid // (nheads * nseg)
+    gi = hi // heads_per_group
+    stop = ct.minimum(nchunks, (sg + 1) * seg_len)
+    acc = ct.zeros((BP, BN), dtype=ct.float32)
+    after = ct.zeros((1,), dtype=ct.float32)  # log-decay of the segment's chunks after this one
+    for j in range(stop - sg * seg_len):
+        c = stop - 1 - j
+        d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
+        cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
+        last = ct.extract(cs, index=(Q - 1,), shape=(1,))
+        w = ct.exp(last + after - cs) * d
+        xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO,
+                     latency=STATE_LOAD_LATENCY).reshape((Q, BP))
+        bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO,
+                     latency=STATE_LOAD_LATENCY).reshape((Q, BN))
+        acc = ct.mma(xc.transpose(), (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype), acc)
+        after = after + last
+    store_state(seg_states, acc, bi, sg, hi, pt, nt, BP, BN)
+    ct.store(seg_decay, (bi, hi, sg, 0), after.reshape((1, 1, 1, 1)))
 
 
 # ---- stage 5, shared by both versions ------------------------------------------------------
@@ -228,4 +274,5 @@ def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_
 
 
 KERNELS = dict(cumsum=cumsum_kernel, chunk_state=chunk_state_kernel, state_passing=state_passing_kernel,
-               bmm=bmm_kernel, prep=prep_kernel, scan=scan_kernel, state=state_kernel, chunk_scan=chunk_scan_kernel)
+               bmm=bmm_kernel, prep=prep_kernel, scan=scan_kernel, segment_state=segment_state_kernel,
+               state=state_kernel, chunk_scan=chunk_scan_kernel)

@@ -4,6 +4,7 @@
 #   bash benchmarks/h200.sh suites A..  benchmark suites into book/data
 #   bash benchmarks/h200.sh notebooks [NB ...]   execute chapters in place (all by default), then nbval them
 #   bash benchmarks/h200.sh mamba2 [ARGS]  the Mamba-2 SSD suite (benchmarks/mamba2.py; e.g. --quick, --shapes 0,1)
+#   bash benchmarks/h200.sh run SCRIPT      a script of benchmarks/runs (e.g. M2LAT=2 ... mamba2_run_f.py)
 # Logs and results are packed into $OUT/<stage>.tgz (one file: the device tool returns at most
 # 8 files from $OUT; never copy results there one by one). Each chapter takes 20-25 s to
 # execute on the H200 (measured 2026-11-29), nbval as long again (5 files in parallel).
@@ -24,6 +25,9 @@ case $stage in
     timeout "${MAMBA2_TIMEOUT:-560}" python3 -m benchmarks.mamba2 "$@" 2>&1 | tee "$log/mamba2.log" \
       | grep -E -i "ceiling|cuda.tile|error|^  |wrote" | cut -c1-300 ;
     cp book/data/mamba2.csv book/data/mamba2.json "$log/" ;;
+  run)  # a script of benchmarks/runs, its results (M2OUT) and log packed with the rest
+    script=$1; shift
+    M2OUT=$log timeout "${RUN_TIMEOUT:-560}" python3 "$script" "$@" 2>&1 | tee -a "$log/run.log" | tail -40 ;;
   notebooks)
     nbs=("$@"); [ ${#nbs[@]} -gt 0 ] || nbs=(book/[0-9]*.ipynb)
     for nb in "${nbs[@]}"; do

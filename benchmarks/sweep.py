@@ -272,8 +272,8 @@ def prologue(out_dir, ns, dtypes, table_only=False):
     print("fraction of the read ceiling, late target / early target: table's config; best config")
     for key in dict.fromkeys((r["dtype"], r["N"]) for r in rows):
         pick = {r["early_target"]: r["frac_of_ceiling"] for r in rows if (r["dtype"], r["N"]) == key and r["picked"]}
-        best = {e: max(r["frac_of_ceiling"] for r in rows if (r["dtype"], r["N"]) == key and r["early_target"] == e)
-                for e in (False, True)}
+        best = {e: max((r["frac_of_ceiling"] for r in rows if (r["dtype"], r["N"]) == key and r["early_target"] == e),
+                       default=0.0) for e in (False, True)}
         print(f"  {key[0]} N={key[1]:>6}: {pick.get(False, 0):.3f} / {pick.get(True, 0):.3f}; "
               f"{best[False]:.3f} / {best[True]:.3f}", flush=True)
 

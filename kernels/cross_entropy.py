@@ -31,8 +31,9 @@ from .rowkernel import RowKernel
 #: Load each row's target and its logit while the row's own loads are in flight, instead of
 #: after the reduction (two dependent round trips, the logit's address depending on the
 #: target). Measured on the H200 (``benchmarks.sweep --prologue --table-only``,
-#: book/data/sweep_prologue.csv): no gain anywhere, and slower for bf16 at N = 4k-131k (e.g.
-#: 32k: 77.8% against 86.7% of the read ceiling; 1k: 72.9 against 72.7). So it stays off.
+#: book/data/sweep_prologue.csv): ahead by at most about 0.5% of the read ceiling (noise-sized;
+#: bf16 1k: 72.9 against 72.7%), behind by up to 9 points for bf16 at 4k, 8k, 32k, 65k and 131k
+#: (32k: 77.8 against 86.7%). So it stays off.
 EARLY_TARGET = False
 
 

@@ -72,12 +72,12 @@ def test_extreme_logits(n):
     _close(cross_entropy(x, t, reduction="none"), cross_entropy_reference(x, t, reduction="none"))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1000, 65536])
-def test_logits_far_from_zero(n, dtype):
-    """Rows of 3e4 + noise: the loss is shift-invariant, so it must be as accurate as for the noise
-    alone (exp2(x log2e - max log2e) rounds both products: errors near 1e-4 of the loss)."""
-    x = (3e4 + torch.randn(64, n, device="cuda") * 4).to(dtype)
+def test_logits_far_from_zero(n):
+    """fp32 rows of 3e4 + noise: the loss is shift-invariant, so it must be as accurate as for the
+    noise alone (exp2(x log2e - max log2e) rounds both products: errors near 1e-4 of the loss).
+    16-bit rows at 3e4 keep almost none of the noise, so only fp32 is asked."""
+    x = 3e4 + torch.randn(64, n, device="cuda") * 4
     t = torch.randint(0, n, (64,), device="cuda")
     _close(cross_entropy(x, t, reduction="none"), cross_entropy_reference(x, t, reduction="none"))
 

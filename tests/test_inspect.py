@@ -69,8 +69,8 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
     """A row staged in shared memory (the table's choice for the longest rows; asked for
     here, so every dtype is checked) arrives by cp.async (16 bytes when N allows; single
     16-bit elements go through a register), every thread reads back only what it copied
-    (no barrier besides the reduction's), nothing spills, and a thread needs far fewer
-    registers than with the row kept in registers."""
+    (no barrier besides the reduction's), nothing spills, and a thread needs fewer registers
+    than with the row kept in registers (but for softmax fp32 at odd N = 262143: see below)."""
     rep = inspect_op(op, dtype, n, config=row_config(n, BITS[dtype], keep_row=True, stage="smem"))
     cfg = rep.config
     assert cfg.stage == "smem"
@@ -89,11 +89,12 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
     assert reg.config.stage == "reg" and not reg.async_copy_bytes()
     if n == cfg.cols_covered:  # no ragged tile: 32 registers, a full SM of threads
         assert rep.registers <= 32 < reg.registers
-    else:  # the ragged tile's predicates (and, for odd N, scalar accesses) cost registers; at most
-        # about what the row kept in registers needs: fewer for 16-bit rows (78 against 128 at
-        # 262143), and softmax fp32 262143 52 against 50 since its epilogue subtracts the max
-        # before scaling by log2 e (the exact exponent; 32 before)
+    elif (op, dtype, n) == ("softmax", "fp32", 262143):
+        # scalar accesses (odd N) and the exact exponent (the epilogue subtracts the max before
+        # scaling by log2 e): 52 registers against 50 kept (32 before the exact exponent)
         assert rep.registers <= reg.registers + 4
+    else:  # the ragged tile's predicates cost registers, fewer than the row would
+        assert rep.registers < reg.registers
 
 
 @pytest.mark.parametrize("n", [1000, 8192, 65536])

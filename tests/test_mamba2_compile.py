@@ -47,6 +47,8 @@ def test_one_kernel_pass_compiles_for_few_sequences_and_options(monkeypatch):
     assert scan_tile(64, 32) == 16 and scan_tile(64, 512) == 64
     thin = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 64, "single")
     assert set(thin) == WANT["single"] and b"wgmma.mma_async" in thin["scan"]
+    assert set(export_cubins((1, 300, 80, 32, 64), torch.bfloat16, 16, "single", ngroups=80, has_D=False,
+                             has_init=False, has_bias=False, dt_softplus=False)) == WANT["single"]
     assert scan_segments(32, 256) == 1  # off by default
     monkeypatch.setattr(ssd, "SEGMENTS", 0)
     # 32 sequences of 256 blocks: 16 segments (512 blocks); 64 of 1024: 8; 512 sequences: none;

@@ -41,15 +41,15 @@ def test_extreme_values(n, dtype):
     assert (y[1, ::3] == 0).all() and y[2, -1].item() == 1.0
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1000, 65536])
-def test_logits_far_from_zero(n, dtype):
-    """Rows of 3e4 + noise: softmax is shift-invariant, so the result must be as accurate as for
-    the noise alone. Computing exp2(x log2e - max log2e) rounds both products (errors of 2^-9 in
-    the exponent at 3e4): relative errors near 1e-3, caught here on every row; the H200 run of
-    2026-11-29 (chapter 8's nbval) caught it once on rows of huge logits."""
-    x = (3e4 + torch.randn(64, n, device="cuda") * 3).to(dtype)
-    assert_close(softmax(x), softmax_reference(x), dtype)
+def test_logits_far_from_zero(n):
+    """fp32 rows of 3e4 + noise: softmax is shift-invariant, so the result must be as accurate as
+    for the noise alone. Computing exp2(x log2e - max log2e) rounds both products (errors of 2^-9
+    in the exponent at 3e4): relative errors near 1e-3, against a tolerance of 2e-5. (16-bit rows
+    cannot show it: at 3e4 bf16 and fp16 round the noise away, and their tolerance is looser than
+    the error; the H200 run of 2026-11-29 caught it once in chapter 8, on huge fp32 logits.)"""
+    x = 3e4 + torch.randn(64, n, device="cuda") * 3
+    assert_close(softmax(x), softmax_reference(x), torch.float32)
 
 
 def test_all_masked_row_is_nan_like_torch():

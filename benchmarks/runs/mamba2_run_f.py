@@ -5,12 +5,13 @@ loads of x and B (``tiles.STATE_LOAD_LATENCY``, read when the kernels compile: o
 value, given as M2LAT, "none" for the compiler's choice). Chunks 64 and 128. One line a result;
 M2OUT names a folder for results_<M2LAT>.csv.
 
-    for lat in none 2 6; do M2LAT=$lat python benchmarks/runs/mamba2_run_f.py; done
+    for lat in none 2; do M2LAT=$lat bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_f.py; done
 
 Without a GPU (export_cubins, (1, 65536, 64, 64, 128) chunk 64): with latency 2 the state kernel
 grows from 9856 to 14336 bytes of code and from 27.1 to 46.4 KiB of shared memory a block (deeper
-load buffering is our reading of it); 4, 6 and 8 keep the size of no hint. Estimated (not measured) at about 110 s a value
-on the H200 (24 measurements and two float64 references), so the three fit one device call.
+load buffering is our reading of it); 4, 6 and 8 keep the size of no hint, and at the default
+tile and occupancy 6 compiles to the same code as none, so they are left out. Estimated (not
+measured) at about 110 s a value on the H200 (24 measurements and two float64 references).
 """
 import csv, faulthandler, os, sys, time, traceback
 faulthandler.dump_traceback_later(int(os.environ.get("WD", "280")), exit=True)

@@ -145,15 +145,17 @@ SEGMENTS: int | None = None
 
 
 def scan_segments(work: int, nblocks: int) -> int:
-    """Segments each of ``work`` sequences of ``nblocks`` blocks of steps is cut into (see SEGMENTS)."""
+    """Segments each of ``work`` sequences of ``nblocks`` blocks of steps is cut into (see
+    SEGMENTS): as many as equal segments of ceil(nblocks / asked) blocks make (7 asked of 11
+    blocks: 6 segments of 2)."""
     if SEGMENTS is None:
         return 1
-    if SEGMENTS:
-        return max(1, min(SEGMENTS, nblocks))
-    s = 1
-    while work * s < SINGLE_MIN_SEQUENCES and nblocks // (2 * s) >= SEGMENT_MIN_BLOCKS:
-        s *= 2
-    return s
+    s = max(1, min(SEGMENTS, nblocks))
+    if not SEGMENTS:
+        s = 1
+        while work * s < SINGLE_MIN_SEQUENCES and nblocks // (2 * s) >= SEGMENT_MIN_BLOCKS:
+            s *= 2
+    return math.ceil(nblocks / math.ceil(nblocks / s))
 
 
 def scan_tile(p: int, work: int) -> int:
@@ -229,7 +231,6 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
         pre_cs, pre_cb = SCAN["pre_cs"], SCAN["pre_cb"]
         segs = scan_segments(b * h, nt) if pre_cs else 1  # segments read the prep launch's step sizes
         seg_len = math.ceil(nt / segs)
-        segs = math.ceil(nt / seg_len)
         bp = scan_tile(p, b * h * segs)
         dts = torch.empty(b, h, nt, T, **f32) if pre_cs else torch.empty(1, 1, 1, 1, **f32)
         cums = torch.empty_like(dts)

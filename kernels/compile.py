@@ -31,8 +31,14 @@ TORCH_TO_CUTE = {
 NAME_BY_TORCH = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 TORCH_BY_NAME = {v: k for k, v in NAME_BY_TORCH.items()}
 
-_DUMP_DIR = os.path.join(tempfile.gettempdir(), "speed-of-light-cute")
-_OPTIONS = f"--enable-tvm-ffi --keep-ptx --keep-cubin --dump-dir={_DUMP_DIR}"
+# The compiler writes each kernel's PTX and cubin to files named after the kernel and its
+# argument types (not its configuration), and the DSL reads them back right after compiling:
+# a directory of our own per process (taken when compiling, so a forked child gets its own),
+# so that processes compiling at once (pytest -n, two notebooks) never read each other's files.
+def _options() -> str:
+    dump = os.path.join(tempfile.gettempdir(), f"speed-of-light-cute-{os.getpid()}")
+    os.makedirs(dump, exist_ok=True)
+    return f"--enable-tvm-ffi --keep-ptx --keep-cubin --dump-dir={dump}"
 
 
 @dataclass
@@ -72,9 +78,9 @@ def compile_once(key: tuple, build: Callable) -> Compiled:
         if hit is not None:
             return hit
         jit_fn, fake_args = build()
-        os.makedirs(_DUMP_DIR, exist_ok=True)
+        options = _options()
         t0 = time.perf_counter()
-        fn = cute.compile(jit_fn, *fake_args, options=_OPTIONS)
+        fn = cute.compile(jit_fn, *fake_args, options=options)
         seconds = time.perf_counter() - t0
         cubin = fn.__cubin__
         if isinstance(cubin, str):

@@ -21,6 +21,7 @@ from .peers import peer_impls
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OP_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
+REDUCTION_NS = [1024, 4096, 16384, 65536, 131072, 262144]
 TOTAL = 1 << 28  # M * N
 
 
@@ -135,7 +136,7 @@ TIERS = [
 
 def suite_reduction(args, ceil):
     from kernels.reduction import reduce_rows
-    ns = [1024, 4096, 16384, 65536, 131072, 262144] if not args.quick else [1024, 65536, 262144]
+    ns = REDUCTION_NS if not args.quick else [1024, 65536, 262144]
     rows = []
     for name, dt in DTYPES.items():
         for n in ns:

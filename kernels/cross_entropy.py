@@ -42,7 +42,7 @@ class CrossEntropy(RowKernel):
     keep_row = False
     writes_rows = False
 
-    def __init__(self, dtype, n: int, cfg: RowConfig, early_target: bool = EARLY_TARGET):
+    def __init__(self, dtype, n: int, cfg: RowConfig, early_target: bool):
         self.early_prologue = early_target
         super().__init__(dtype, n, cfg)
 

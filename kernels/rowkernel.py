@@ -120,13 +120,17 @@ class RowKernel:
     def scalar_epilogue(self, result, row, mX, mT, mErr, scalar, pre):
         raise NotImplementedError
 
-    def row_tile(self, gX, cX, tile, thr, even_n):
-        """This thread's view of column tile ``tile`` of its rows: global source, coordinates,
-        per-access predicate (None when N fills every tile) and a register fragment that
-        holds the op's neutral value wherever the load is predicated off."""
+    def row_view(self, gX, cX, tile, thr, even_n):
+        """This thread's view of column tile ``tile`` of its rows: global source, coordinates
+        and per-access predicate (None when N fills every tile)."""
         tXgX = thr.partition_S(gX[None, None, tile])
         tXcX = thr.partition_S(cX[None, None, tile])
-        tXpX = None if even_n else column_predicate(tXcX, self.n)
+        return tXgX, tXcX, None if even_n else column_predicate(tXcX, self.n)
+
+    def row_tile(self, gX, cX, tile, thr, even_n):
+        """``row_view`` and a register fragment that holds the op's neutral value wherever
+        the load is predicated off."""
+        tXgX, tXcX, tXpX = self.row_view(gX, cX, tile, thr, even_n)
         tXrX = cute.make_rmem_tensor_like(tXgX)
         if not even_n:
             tXrX.fill(self.op.pad)
@@ -220,10 +224,8 @@ class RowKernel:
             # 1'. or copy it into shared memory and fold it from there, one access at a
             # time. Rows past M are not copied (and never stored); accesses past N are
             # zero-filled by cp.async (or skipped), and read back as the op's neutral value.
-            tXgX = thr.partition_S(gX[None, None, tile])
-            tXcX = thr.partition_S(cX[None, None, tile])
+            tXgX, tXcX, tXpX = self.row_view(gX, cX, tile, thr, even_n)
             tXsX = thr.partition_D(sX)
-            tXpX = None if even_n else column_predicate(tXcX, n)
             if tXcX[0][0] < m:
                 cute.copy(make_stage_copy(mX.element_type, cfg.vec), tXgX, tXsX, pred=tXpX)
             cute.arch.cp_async_commit_group()

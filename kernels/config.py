@@ -49,7 +49,10 @@ STAGES = ("reg", "smem")
 # costs 16-64 KiB of shared memory a block and few registers, so 512-thread blocks and
 # smaller clusters pay off. The long rows are from `python -m benchmarks.sweep --smem`
 # (book/data/sweep_smem.csv, the best of RMSNorm and softmax together); fp32 rows of
-# 64k and 128k stay in registers, which measured as fast or faster there.
+# 64k and 128k stay in registers, which measured as fast or faster there. A row kept in
+# registers where the table stages it (stage="reg": the kept row reduction of chapter 6, or
+# an override) takes the same shape, tuned for the staged row; its own best shape there
+# has not been swept since (book/data/reduction.csv measures it with these shapes).
 KEEP_ROW_TABLE = {
     16: (
         (1024, 64, 128, 1),

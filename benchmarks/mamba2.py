@@ -9,7 +9,8 @@ rewritten after every shape, so a run cut short keeps what it measured) and mamb
 driver, versions, date, commit).
 
 Implementations: ``ours`` (the default ``impl="auto"``: the one-kernel pass where there are
-enough sequences, else three kernels; its ``notes`` say which), ``ours_fused`` (``impl="fused"``,
+enough sequences, else three kernels; its ``notes`` say which), ``ours_single`` (``impl="single"``,
+not run by default), ``ours_fused`` (``impl="fused"``,
 three kernels), ``ours_staged`` (``impl="staged"``, five; not run by default), ``triton``
 (mamba_ssm's ``mamba_chunk_scan_combined``) and ``tilegym`` (TileGym's cuTile
 ``mamba2_chunk_forward``); see benchmarks/peers_mamba2.py for how the peers are imported and how
@@ -63,7 +64,7 @@ SHAPES = [
 ]
 CHUNKS = (64, 128, 256)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
-IMPLS = ("ours", "ours_fused", "ours_staged", "triton", "tilegym")
+IMPLS = ("ours", "ours_single", "ours_fused", "ours_staged", "triton", "tilegym")
 DEFAULT_IMPLS = ("ours", "ours_fused", "triton", "tilegym")
 OUR_IMPLS = {"ours": "auto", "ours_fused": "fused", "ours_staged": "staged", "ours_single": "single"}
 FP32_IMPLS = ("ours", "ours_fused", "ours_staged", "triton")  # fp32 runs on the first shape only
@@ -223,7 +224,7 @@ def tilegym_tuning(i, chunk, tuned):
 def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
     """Rows for SHAPES[i] in dtype dname: every chunk, feature set and implementation."""
     from kernels.mamba2 import ssd_bytes_and_flops
-    from kernels.mamba2.ssd import SCAN, choose_impl, scan_segments
+    from kernels.mamba2.ssd import choose_impl, single_segments
 
     b, L, h, p, n, g = SHAPES[i]
     dtype = DTYPES[dname]
@@ -252,7 +253,7 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
                         row["notes"] = tilegym_tuning(i, chunk, tuned)
                     elif impl == "ours":
                         row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits, L, chunk)
-                        segs = scan_segments(b * h, math.ceil(L / min(chunk, SCAN["steps"])))
+                        segs = single_segments(b, h, L, chunk)
                         if row["notes"] == "impl=single" and segs > 1:
                             row["notes"] += f" segments={segs}"
                     try:
@@ -330,9 +331,10 @@ def main(argv=None):
 
     t0 = time.time()
     ceiling = H.copy_ceiling()
-    print(f"copy ceiling: {ceiling:.2f} TB/s; {have_tile()[1]}", flush=True)
+    cutile = have_tile()[1]
+    print(f"copy ceiling: {ceiling:.2f} TB/s; {cutile}", flush=True)
     meta = H.metadata({"suite": "mamba2", "shapes": [SHAPES[i] for i in shape_ids],
-                       "impls": impls, **peers.peer_versions(), "cutile": have_tile()[1],
+                       "impls": impls, **peers.peer_versions(), "cutile": cutile,
                        "chunks": chunks, "tilegym_autotuned_at": "everywhere" if tuned is None else sorted(tuned),
                        "copy_ceiling_tb_per_s": ceiling, "segments": a.segments})
     rows, path = [], None

@@ -81,6 +81,10 @@ STATE_DIMS = (16, 32, 64, 128, 256)
 IMPLS = ("auto", "single", "fused", "staged")
 
 
+#: Streaming multiprocessors of the H100/H200 the heuristics below fill (the H200 datasheet: 132).
+SM_COUNT = 132
+
+
 def _tile_block(l: int) -> int:
     """Rows and columns of the decay-matrix tiles of the chunk scan: 64, or the chunk if shorter."""
     return min(64, l)
@@ -100,9 +104,9 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
     more blocks (each carries its tile through every chunk in turn), bigger ones reread x and
     B fewer times. ``work`` is b * h, the number of independent sequences. The p side stays 64
     (the M of Hopper's wgmma; below it cuTile falls back to slower products): with too few
-    sequences to fill 132 SMs four times over, only the n side is split, down to 16."""
+    sequences to fill the SMs four times over, only the n side is split, down to 16."""
     bp, bn = min(p, 64), min(n, 64)
-    while work * (p // bp) * (n // bn) < 4 * 132 and bn > 16:
+    while work * (p // bp) * (n // bn) < 4 * SM_COUNT and bn > 16:
         bn //= 2
     return bp, bn
 
@@ -119,15 +123,14 @@ SCAN = dict(pre_cs=True, pre_cb=True, steps=64)
 #: sequential part (H200, bf16: 32 sequences of 16k steps 491 against 261 us; 64 of 64k, 3707
 #: against 1480 us; 512 of 4096, 368 against 805 us). fp32 takes the three-kernel pass (its
 #: FMA products spill in both; 133 against 101 ms).
-SINGLE_MIN_SEQUENCES = 2 * 132
+SINGLE_MIN_SEQUENCES = 2 * SM_COUNT
 
 
 def choose_impl(b: int, h: int, bits: int, L: int = 1, chunk_size: int = 64) -> str:
     """The pass ``impl="auto"`` runs: "single" for 16-bit inputs whose sequences, cut into
-    segments where they are long enough (``scan_segments``), number at least
+    segments where they are long enough (``single_segments``), number at least
     SINGLE_MIN_SEQUENCES; else "fused"."""
-    nblocks = math.ceil(L / min(chunk_size, SCAN["steps"]))
-    segs = scan_segments(b * h, nblocks) if SCAN["pre_cs"] else 1
+    segs = single_segments(b, h, L, chunk_size)
     return "single" if bits == 16 and b * h * segs >= SINGLE_MIN_SEQUENCES else "fused"
 
 
@@ -158,13 +161,20 @@ def scan_segments(work: int, nblocks: int) -> int:
     return math.ceil(nblocks / math.ceil(nblocks / s))
 
 
+def single_segments(b: int, h: int, L: int, chunk_size: int) -> int:
+    """Segments the one-kernel pass cuts each sequence into for these inputs (1: none). They
+    read the prep launch's step sizes, so none without ``SCAN["pre_cs"]``."""
+    nblocks = math.ceil(L / min(chunk_size, SCAN["steps"]))
+    return scan_segments(b * h, nblocks) if SCAN["pre_cs"] else 1
+
+
 def scan_tile(p: int, work: int) -> int:
     """Columns of the state (along p) one block of the one-kernel pass carries: all of p up to
     64, halved down to 16 while ``work`` (b * h sequences) times the tiles a sequence splits into
-    would leave fewer than two blocks an SM (132 SMs). Each block walks its whole sequence in
-    turn, so few long sequences need the split to fill the GPU."""
+    would leave fewer than two blocks an SM. Each block walks its whole sequence in turn, so few
+    long sequences need the split to fill the GPU."""
     bp = min(p, 64)
-    while work * (p // bp) < 2 * 132 and bp > 16:
+    while work * (p // bp) < 2 * SM_COUNT and bp > 16:
         bp //= 2
     return bp
 
@@ -229,7 +239,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
         T = min(Q, SCAN["steps"])
         nt = math.ceil(L / T)
         pre_cs, pre_cb = SCAN["pre_cs"], SCAN["pre_cb"]
-        segs = scan_segments(b * h, nt) if pre_cs else 1  # segments read the prep launch's step sizes
+        segs = single_segments(b, h, L, Q)
         seg_len = math.ceil(nt / segs)
         bp = scan_tile(p, b * h * segs)
         dts = torch.empty(b, h, nt, T, **f32) if pre_cs else torch.empty(1, 1, 1, 1, **f32)

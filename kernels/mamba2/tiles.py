@@ -31,18 +31,25 @@ def step_sizes(dt, dt_bias, A, dts, cums, bi, hb, c, seqlen, Q: C_[int], HB: C_[
     ct.store(cums, (bi, hb, c, 0), cs.transpose().reshape((1, HB, 1, Q)))
 
 
-def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int]):
-    """Stage 2 for one chunk and one (BP x BN) tile of the state, added to the state ``h``
-    entering the chunk decayed over it (stage 3's step; zeros for stage 2 alone):
-    exp(cs_last) h + sum_t exp(cs_last - cs_t) dt_t x_t B_t^T."""
+def chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int]):
+    """What stage 2 reads for one chunk and one (BP x BN) tile of the state: the step sizes,
+    their running sum and its last value (the chunk's log-decay), and the chunk's x and B."""
     d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
     cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
     last = ct.extract(cs, index=(Q - 1,), shape=(1,))
-    w = ct.exp(last - cs) * d
     xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO,
                  latency=STATE_LOAD_LATENCY).reshape((Q, BP))
     bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO,
                  latency=STATE_LOAD_LATENCY).reshape((Q, BN))
+    return d, cs, last, xc, bc
+
+
+def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int]):
+    """Stage 2 for one chunk and one (BP x BN) tile of the state, added to the state ``h``
+    entering the chunk decayed over it (stage 3's step; zeros for stage 2 alone):
+    exp(cs_last) h + sum_t exp(cs_last - cs_t) dt_t x_t B_t^T."""
+    d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN)
+    w = ct.exp(last - cs) * d
     bw = (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype)
     return ct.mma(xc.transpose(), bw, h * ct.exp(last))
 
@@ -226,14 +233,8 @@ def segment_state_kernel(x, B, dts, cums, seg_states, seg_decay, nchunks, nseg, 
     after = ct.zeros((1,), dtype=ct.float32)  # log-decay of the segment's chunks after this one
     for j in range(stop - sg * seg_len):
         c = stop - 1 - j
-        d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
-        cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
-        last = ct.extract(cs, index=(Q - 1,), shape=(1,))
+        d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN)
         w = ct.exp(last + after - cs) * d
-        xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO,
-                     latency=STATE_LOAD_LATENCY).reshape((Q, BP))
-        bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO,
-                     latency=STATE_LOAD_LATENCY).reshape((Q, BN))
         acc = ct.mma(xc.transpose(), (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype), acc)
         after = after + last
     store_state(seg_states, acc, bi, sg, hi, pt, nt, BP, BN)

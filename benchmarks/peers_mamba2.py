@@ -96,12 +96,6 @@ def tilegym_args(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bia
 
 def peer_versions() -> dict:
     """Versions of the peers and of what they run on, for the suite's metadata."""
-    import importlib.metadata as md
+    from benchmarks.harness import _version
 
-    out = {}
-    for pkg in ("mamba_ssm", "tilegym", "cuda-tile", "triton", "einops"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = None
-    return out
+    return {pkg: _version(pkg) for pkg in ("mamba_ssm", "tilegym", "cuda-tile", "triton", "einops")}

@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from kernels.config import RowConfig, row_config
+from kernels.config import SM_SMEM_BYTES, SMEM_RESERVED_PER_BLOCK, RowConfig, row_config
 
 from . import harness as H
 from .bytes import bytes_moved
@@ -77,7 +77,7 @@ def smem_candidates(n, bits):
             if not (8 <= elems <= 128 and elems * cluster * threads == n):
                 continue
             cfg = cfg_for(n, bits, threads, threads, cluster, keep=True, stage="smem")
-            if 2 * (cfg.smem_bytes(bits) + 1024) <= 228 * 1024:
+            if 2 * (cfg.smem_bytes(bits) + SMEM_RESERVED_PER_BLOCK) <= SM_SMEM_BYTES:
                 out.append((threads, threads, cluster))
     return out
 

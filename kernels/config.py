@@ -30,6 +30,8 @@ MAX_THREADS = 1024
 MAX_N = 262144
 #: Shared memory one block may use on Hopper (opt-in maximum: 227 KiB of the SM's 228).
 MAX_SMEM_BYTES = 227 * 1024
+#: Shared memory of one Hopper SM, and what the driver reserves of it for every resident block.
+SM_SMEM_BYTES, SMEM_RESERVED_PER_BLOCK = 228 * 1024, 1024
 #: Where a kept row waits between its reduction and its epilogue: in registers (fp32) or
 #: staged in shared memory (in the input dtype).
 STAGES = ("reg", "smem")

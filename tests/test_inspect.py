@@ -3,6 +3,8 @@ chapters claim (128-bit accesses, shuffles, shared memory, cluster exchange, no 
 
 import pytest
 
+BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
+
 
 from kernels.config import row_config, vector_width
 from kernels.cubin import kernel_resources
@@ -26,7 +28,7 @@ def test_table_configs_compile_without_spills(op, dtype, n):
     assert rep.frame_bytes == 0, f"{op} {dtype} N={n} uses {rep.frame_bytes} B of local memory: {rep.config}"
     assert not rep.has("local memory")
     assert 0 < rep.registers <= 255
-    bits = {"fp32": 32, "bf16": 16, "fp16": 16}[dtype]
+    bits = BITS[dtype]
     # the row is read with the widest access N allows (128 bits when N is a multiple of the
     # vector): into registers, or into shared memory (cp.async moves 4 bytes at least)
     width = vector_width(n, bits) * bits
@@ -59,7 +61,6 @@ def test_each_tier_compiles(tier, dtype, n):
     assert rep.frame_bytes == 0
 
 
-BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
 
 
 @pytest.mark.parametrize("n", [131072, 262144, 131000, 262143])

@@ -46,9 +46,15 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: (chunk 64, book/data/mamba2_runs_ab.csv run A); by default cuTile gave these kernels 255 registers
 #: a thread. fp32 keeps the defaults: its FMA products spill either way (4-17 KB of local
 #: memory a thread) and are not tuned.
-HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state", "state",
+HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state",
                                                                         "segment_state", "chunk_scan")}
 HINTS["scan", 16] = {"occupancy": 2}  # H200, chunk 64: 453 -> 368 us (benchmarks/runs/mamba2_run_d.py)
+#: Blocks of the state kernel an SM holds (its occupancy hint), which ``state_tile`` fills in one
+#: wave. H200, bf16, run F (benchmarks/runs/mamba2_run_f.py, book/data/mamba2_run_f.csv): against
+#: 4, occupancy 2 was faster in 9 of the 12 (shape, chunk, tile) points without a latency hint,
+#: e.g. (1, 65536, 64) chunk 128 with a (64, 32) tile 1533 -> 1377 us.
+STATE_OCCUPANCY = 2
+HINTS["state", 16] = {"occupancy": STATE_OCCUPANCY}
 _BUILT: dict[int, dict] = {}
 
 
@@ -103,12 +109,22 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
     """The (p, n) tile of the state one block of the state kernels carries. Smaller tiles give
     more blocks (each carries its tile through every chunk in turn), bigger ones reread x and
     B fewer times. ``work`` is b * h, the number of independent sequences. The p side stays 64
-    (the M of Hopper's wgmma; below it cuTile falls back to slower products): with too few
-    sequences to fill the SMs four times over, only the n side is split, down to 16."""
+    (the M of Hopper's wgmma; below it cuTile falls back to slower products); the n side is
+    halved, down to 16, while twice the blocks still fit in one wave (STATE_OCCUPANCY blocks
+    an SM): a block beyond the wave would wait for a whole walk through the sequence. H200
+    run F: (4, 16384, 8) takes (64, 16) and (1, 65536, 64) takes (64, 32), the fastest tiles
+    measured there (book/data/mamba2_run_f.csv)."""
     bp, bn = min(p, 64), min(n, 64)
-    while work * (p // bp) * (n // bn) < 4 * SM_COUNT and bn > 16:
+    while bn > 16 and 2 * work * (p // bp) * (n // bn) <= STATE_OCCUPANCY * SM_COUNT:
         bn //= 2
     return bp, bn
+
+
+#: cuTile's load-latency hint for the state kernel's loads of x and B, by (input bits, n side of
+#: the state tile); absent: none (the compiler infers it). H200 run F: with (64, 16) tiles, 2
+#: was faster in 6 of 8 points (with occupancy 2 at chunk 128 on (4, 16384, 8): 238.4 -> 219.7
+#: us); with (64, 32) tiles it was slower in all 4 points at occupancy 2 (e.g. 1377 -> 1423 us).
+STATE_LOAD_LATENCY = {(16, 16): 2}
 
 
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
@@ -140,9 +156,11 @@ def choose_impl(b: int, h: int, bits: int, L: int = 1, chunk_size: int = 64) -> 
 #: contribution to the state (``segment_state_kernel``), the state-passing kernel chains them,
 #: and every segment then runs the scan at once from the state entering it. None (the default)
 #: means no segments (the pass then splits p instead, ``scan_tile``); 0 chooses them
-#: (``scan_segments``); an int forces that many. Off until measured: the first version (H200
-#: run E, benchmarks/runs) lost to the three-kernel pass, its segment-state kernel taking 986 us
-#: of 1774 on (1, 65536, 64); this one accumulates each segment as one GEMM (walked from the end).
+#: (``scan_segments``); an int forces that many. Off: on the H200 both versions lost to the
+#: three-kernel pass (benchmarks/runs): run E's took 1774 us on (1, 65536, 64), its segment-state
+#: kernel 986 of them; this one, which accumulates each segment as one GEMM (walked from the end),
+#: took 273.1 and 1642.9 us on (4, 16384, 8) and (1, 65536, 64) in run G, against 219.7 and
+#: 1376.7 for the three-kernel pass (run F).
 SEGMENT_MIN_BLOCKS = 4
 SEGMENTS: int | None = None
 
@@ -280,7 +298,8 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
         launches = [
             ("prep", (b * nc, h // hb + g * r2, 1),
              (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
-            ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init)),
+            ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init,
+                                                  STATE_LOAD_LATENCY.get((torch.finfo(x.dtype).bits, bn), 0))),
         ]
     else:
         states = torch.empty(b, nc, h, p, n, **f32)

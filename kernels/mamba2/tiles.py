@@ -6,10 +6,6 @@ import cuda.tile as ct
 
 C_ = ct.Constant
 ZERO = ct.PaddingMode.ZERO
-#: cuTile's load-latency hint (``latency=``, 1 low to 10 high DRAM traffic) for the loads of x
-#: and B in ``chunk_state`` (the state kernels); None lets the compiler infer it. Read when the
-#: kernels compile, so a benchmark sets it in a fresh process (benchmarks/runs/mamba2_run_f.py).
-STATE_LOAD_LATENCY = None
 
 
 # ---- tile functions: one per piece of arithmetic --------------------------------------
@@ -31,24 +27,26 @@ def step_sizes(dt, dt_bias, A, dts, cums, bi, hb, c, seqlen, Q: C_[int], HB: C_[
     ct.store(cums, (bi, hb, c, 0), cs.transpose().reshape((1, HB, 1, Q)))
 
 
-def chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int]):
+def chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int], LAT: C_[int]):
     """What stage 2 reads for one chunk and one (BP x BN) tile of the state: the step sizes,
-    their running sum and its last value (the chunk's log-decay), and the chunk's x and B."""
+    their running sum and its last value (the chunk's log-decay), and the chunk's x and B.
+    LAT is cuTile's load-latency hint for x and B (``latency=``, 1 low to 10 high DRAM
+    traffic; 0: none, the compiler infers it)."""
     d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
     cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
     last = ct.extract(cs, index=(Q - 1,), shape=(1,))
     xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO,
-                 latency=STATE_LOAD_LATENCY).reshape((Q, BP))
+                 latency=LAT if LAT > 0 else None).reshape((Q, BP))
     bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO,
-                 latency=STATE_LOAD_LATENCY).reshape((Q, BN))
+                 latency=LAT if LAT > 0 else None).reshape((Q, BN))
     return d, cs, last, xc, bc
 
 
-def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int]):
+def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int], LAT: C_[int]):
     """Stage 2 for one chunk and one (BP x BN) tile of the state, added to the state ``h``
     entering the chunk decayed over it (stage 3's step; zeros for stage 2 alone):
     exp(cs_last) h + sum_t exp(cs_last - cs_t) dt_t x_t B_t^T."""
-    d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN)
+    d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, LAT)
     w = ct.exp(last - cs) * d
     bw = (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype)
     return ct.mma(xc.transpose(), bw, h * ct.exp(last))
@@ -92,7 +90,7 @@ def chunk_state_kernel(x, B, dts, cums, states, nchunks, nheads: C_[int], heads_
     c = (pid // nheads) % nchunks
     bi = pid // (nheads * nchunks)
     s = chunk_state(x, B, dts, cums, ct.zeros((BP, BN), dtype=ct.float32), bi, hi, hi // heads_per_group, c,
-                    pt, nt, Q, BP, BN)
+                    pt, nt, Q, BP, BN, 0)
     store_state(states, s, bi, c, hi, pt, nt, BP, BN)
 
 
@@ -138,7 +136,7 @@ def prep_kernel(dt, dt_bias, A, dts, cums, C, B, cb, seqlen, nchunks, head_block
 
 @ct.kernel
 def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int], heads_per_group: C_[int],
-                 Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool]):
+                 Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool], LAT: C_[int]):
     """Stages 2 and 3 in one loop over the chunks: a block carries one (BP x BN) tile of one
     head's state through the sequence; chunk states never leave the registers, and only the
     state entering each chunk is stored (for stage 5)."""
@@ -147,7 +145,7 @@ def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int
     h = initial_state(init, bi, hi, pt, nt, BP, BN, HAS_INIT)
     for c in range(nchunks):
         store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
-        h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN)
+        h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN, LAT)
     ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
 
 
@@ -233,7 +231,7 @@ def segment_state_kernel(x, B, dts, cums, seg_states, seg_decay, nchunks, nseg, 
     after = ct.zeros((1,), dtype=ct.float32)  # log-decay of the segment's chunks after this one
     for j in range(stop - sg * seg_len):
         c = stop - 1 - j
-        d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN)
+        d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, 0)
         w = ct.exp(last + after - cs) * d
         acc = ct.mma(xc.transpose(), (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype), acc)
         after = after + last

@@ -253,18 +253,20 @@ PROLOGUE_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 def prologue(out_dir, ns, dtypes, table_only=False):
     """Cross-entropy with its target and target logit loaded after the reduction (the
     default) or while the row's loads are in flight (``early_target``), under the table's
-    configuration and, for rows up to 8k, one-block-per-cluster shapes of 32-128 threads a row
-    and 1-4 accesses a pass (not with ``table_only``)."""
+    configuration; and, for rows up to 8k (not with ``table_only``), with the target late, under
+    one-block-per-cluster shapes of 16-128 threads a row and 1-8 accesses a pass: short rows
+    hold their block through the target's two round trips after a short load, so the bytes a
+    thread has in flight may matter more than for the plain row sum."""
     from kernels.cross_entropy import cross_entropy
 
     def point(rows, x, m, n, bits, ceil):
         t = torch.randint(0, n, (m,), device="cuda")
         picked = row_config(n, bits, keep_row=False)
-        shapes = [(tpr, tpb, 1) for tpr in (32, 64, 128) for tpb in (128, 256)] if n <= 8192 and not table_only else []
+        shapes = [(tpr, tpb, 1) for tpr in (16, 32, 64, 128) for tpb in (128, 256)] if n <= 8192 and not table_only else []
         cands = list(dict.fromkeys([picked] + [cfg_for(n, bits, *c, keep=False, vecs=v) for c in shapes
-                                               for v in (1, 2, 4)]))
+                                               for v in (1, 2, 4, 8)]))
         for cfg in cands:
-            for early in (False, True):
+            for early in ((False, True) if cfg == picked else (False,)):
                 try_config(rows, "cross_entropy", lambda: cross_entropy(x, t, reduction="none", check_target=False,
                                                                         config=cfg, early_target=early),
                            bits, m, n, ceil, cfg, picked, early_target=early)

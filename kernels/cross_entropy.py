@@ -10,7 +10,9 @@ Targets outside [0, N) that are not ``ignore_index`` give a NaN loss and raise a
 flag on the device; ``cross_entropy`` reads the flag after the launch (one 4-byte
 copy) and raises ``ValueError``. Pass ``check_target=False`` to skip that sync
 (e.g. under CUDA graphs): bad rows then stay NaN. The kernel compares targets as
-32-bit integers, so unchecked int64 targets must lie in the int32 range.
+32-bit integers, so unchecked int64 targets must lie in the int32 range. The flag is
+a buffer kept per device and stream, zero between calls (reset only when a call
+raises), so a call launches no memset for it.
 """
 from __future__ import annotations
 
@@ -89,6 +91,20 @@ def compile_cross_entropy(dtype: torch.dtype, n: int, target_dtype: torch.dtype 
     return compile_once(key, build)
 
 
+_FLAGS: dict[tuple, torch.Tensor] = {}
+
+
+def _error_flag(device: torch.device, checked: bool) -> torch.Tensor:
+    """The kernel's bad-target flag (one int32) for calls on the current stream of ``device``:
+    zeroed once when created, and again only by a checked call that found it raised. Unchecked
+    calls get a flag of their own that nothing reads, so that they never leave a checked call a
+    raised flag."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream, checked)
+    if key not in _FLAGS:
+        _FLAGS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return _FLAGS[key]
+
+
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
                   reduction: str = "mean", *, check_target: bool = True,
                   config: RowConfig | None = None, early_target: bool | None = None) -> torch.Tensor:
@@ -114,7 +130,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     loss = torch.empty(m, dtype=torch.float32, device=logits.device)
     if m:
         target_c = target.contiguous()
-        err = torch.zeros(1, dtype=torch.int32, device=logits.device)
+        err = _error_flag(logits.device, check_target)
         vec = validate.access_width(n, (logits,))
         kernel = compile_cross_entropy(logits.dtype, n, target.dtype, config=config, vec=vec,
                                        early_target=early_target)
@@ -123,6 +139,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         # would alias a valid class, so the checked path also looks for those (same sync).
         if check_target and (err[0] + (target_c.dtype == torch.int64 and
                                        (target_c != target_c.to(torch.int32).to(torch.int64)).any())).item():
+            err.zero_()  # the next call on this stream starts from a clear flag
             bad = target_c[((target_c < 0) | (target_c >= n)) & (target_c != ignore_index)]
             raise ValueError(f"target values must be in [0, {n}) or ignore_index={ignore_index}; "
                              f"got e.g. {bad[:4].tolist()}")

@@ -99,6 +99,29 @@ def test_out_of_range_target_raises():
     assert torch.isnan(loss[3]) and torch.isfinite(loss[torch.arange(16, device="cuda") != 3]).all()
 
 
+def test_error_flag_clear_after_a_bad_call():
+    """The bad-target flag persists between calls (no memset a call): a call that raised, or an
+    unchecked call with a bad target, must not make the next good checked call raise."""
+    x = torch.randn(16, 1000, device="cuda")
+    good = torch.randint(0, 1000, (16,), device="cuda")
+    bad = good.clone()
+    bad[5] = 1000
+    with pytest.raises(ValueError):
+        cross_entropy(x, bad)
+    _close(cross_entropy(x, good, reduction="none"), cross_entropy_reference(x, good, reduction="none"))
+    assert torch.isnan(cross_entropy(x, bad, reduction="none", check_target=False)[5])
+    _close(cross_entropy(x, good, reduction="none"), cross_entropy_reference(x, good, reduction="none"))
+    with pytest.raises(ValueError):  # and a raised flag is seen again after the clean calls
+        cross_entropy(x, bad)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # another stream has its own flag
+        _close(cross_entropy(x, good, reduction="none"), cross_entropy_reference(x, good, reduction="none"))
+        with pytest.raises(ValueError):
+            cross_entropy(x, bad)
+    torch.cuda.synchronize()
+
+
 def test_target_on_cpu():
     with pytest.raises(ValueError, match="device|cuda"):
         cross_entropy(torch.randn(4, 64, device="cuda"), torch.zeros(4, dtype=torch.long))

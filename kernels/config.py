@@ -81,10 +81,18 @@ KEEP_ROW_TABLE = {
 # Streaming kernels (a reduction that needs the row only once) fold the row in passes
 # of a few 128-bit accesses per thread, so a long row needs no cluster to fit in
 # registers; the cluster only splits rows when that keeps more blocks busy.
+#
+# Cross-entropy's short 16-bit rows (up to 8k) take their shapes from
+# `python -m benchmarks.sweep --prologue` (book/data/sweep_prologue.csv, H200): a short row's
+# block waits out the target's round trips after its own loads, so the rows in flight an SM
+# holds matter more than for the plain row sum; 16 threads a row (8 rows a block) took bf16
+# at 1k from 66.0% to 92.8% of the read ceiling, 32 threads with 8 accesses at 4k from 90.5
+# to 93.4%, 4 accesses at 8k from 92.8 to 94.3%.
 STREAM_TABLE = {
     16: (
-        (1024, 64, 128, 1, 2),
-        (4096, 128, 128, 1, 4),
+        (1024, 16, 128, 1, 4),
+        (4096, 32, 128, 1, 8),
+        (8192, 128, 128, 1, 4),
         (16384, 128, 128, 1, 8),
         (65536, 128, 128, 4, 8),
         (131072, 128, 128, 8, 8),
@@ -103,9 +111,11 @@ STREAM_TABLE = {
 # again (cross-entropy reads the target logit), and where it measured best with another
 # shape its rows replace STREAM_TABLE's rows of the same bound
 # (`python -m benchmarks.sweep --reduce`, book/data/sweep_reduce.csv: bf16 at 256k 96.8% of
-# the read ceiling against 91.1%; the same shape cost cross-entropy 52% against 91%).
+# the read ceiling against 91.1%; the same shape cost cross-entropy 52% against 91%; at 1k
+# every shape swept measured 94.9-95.6%, 16 threads a row 95.1% against 95.6% for 64).
+# Its rows up to 8k are the shapes it had before cross-entropy's were swept.
 ROW_SUM_STREAM = {
-    16: ((262144, 512, 512, 4, 4),),
+    16: ((1024, 64, 128, 1, 2), (4096, 128, 128, 1, 4), (8192, 128, 128, 1, 8), (262144, 512, 512, 4, 4)),
     32: (),
 }
 #: A row kept in registers may not give a thread more elements than this (255 registers

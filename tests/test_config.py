@@ -104,7 +104,7 @@ def test_stage_is_validated_and_shown_only_when_not_the_default():
 def test_row_sum_takes_its_own_streamed_rows():
     """The plain row sum and cross-entropy share STREAM_TABLE except where ROW_SUM_STREAM
     says otherwise (bf16 rows of 256k: cross-entropy's shape cost the sum 5 points, the
-    sum's shape cost cross-entropy 40)."""
+    sum's shape cost cross-entropy 40; bf16 rows up to 8k, swept for cross-entropy)."""
     from kernels.config import ROW_SUM_STREAM, STREAM_TABLE
     for bits, rows in ROW_SUM_STREAM.items():
         for bound, *shape in rows:
@@ -113,4 +113,5 @@ def test_row_sum_takes_its_own_streamed_rows():
             ce = row_config(bound, bits, keep_row=False)
             table = next(e for e in STREAM_TABLE[bits] if e[0] == bound)
             assert (ce.threads_per_row, ce.threads_per_block, ce.cluster_n) == table[1:4]
-    assert reduce_config(4096, torch.bfloat16) == row_config(4096, 16, keep_row=False)
+    for n in (16384, 65536):
+        assert reduce_config(n, torch.bfloat16) == row_config(n, 16, keep_row=False)

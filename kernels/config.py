@@ -83,7 +83,7 @@ KEEP_ROW_TABLE = {
 # registers; the cluster only splits rows when that keeps more blocks busy.
 #
 # Cross-entropy's short 16-bit rows (up to 8k) take their shapes from
-# `python -m benchmarks.sweep --prologue` (book/data/sweep_prologue.csv, H200): a short row's
+# `python -m benchmarks.sweep --prologue` (book/data/sweep_prologue_short.csv, H200): a short row's
 # block waits out the target's round trips after its own loads, so the rows in flight an SM
 # holds matter more than for the plain row sum; 16 threads a row (8 rows a block) took bf16
 # at 1k from 66.0% to 92.8% of the read ceiling, 32 threads with 8 accesses at 4k from 90.5

@@ -291,10 +291,8 @@ class RowKernel:
             tXrO.store(y.to(mO.element_type))
             if tXcX[0][0] < m:
                 cute.copy(load, tXrO, tXgO, pred=tXpX)
-        elif const_expr(self.early_prologue):
-            if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
-                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar, pre)
         else:
             if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
-                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar,
-                                               self.scalar_prologue(row, m, mX, mT, scalar))
+                # without early_prologue, the thread that writes loads what the epilogue needs here
+                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar, pre if const_expr(
+                    self.early_prologue) else self.scalar_prologue(row, m, mX, mT, scalar))

@@ -4,7 +4,7 @@
 #   bash benchmarks/h200.sh suites A..  benchmark suites into book/data
 #   bash benchmarks/h200.sh notebooks [NB ...]   execute chapters in place (all by default), then nbval them
 #   bash benchmarks/h200.sh mamba2 [ARGS]  the Mamba-2 SSD suite (benchmarks/mamba2.py; e.g. --quick, --shapes 0,1)
-#   bash benchmarks/h200.sh run SCRIPT      a script of benchmarks/runs (e.g. M2LAT=2 ... mamba2_run_f.py)
+#   bash benchmarks/h200.sh run SCRIPT      a script of benchmarks/runs (e.g. M2LAT=2 ... benchmarks/runs/mamba2_run_f.py)
 # Logs and results are packed into $OUT/<stage>.tgz (one file: the device tool returns at most
 # 8 files from $OUT; never copy results there one by one). Each chapter takes 20-25 s to
 # execute on the H200 (measured 2026-11-29), nbval as long again (5 files in parallel).

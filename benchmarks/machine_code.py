@@ -7,16 +7,10 @@ code, so the measurement still holds.
     CUTE_DSL_ARCH=sm_90a python -m benchmarks.machine_code reduction rmsnorm softmax cross_entropy
 """
 import argparse
-import hashlib
 
 from benchmarks.run import OP_NS, REDUCTION_NS, TIERS
-from kernels.cubin import _sections
+from kernels.cubin import text_hash
 from kernels.inspect import compile_op
-
-
-def text_hash(cubin: bytes) -> str:
-    return hashlib.sha1(b"".join(cubin[s[4]:s[4] + s[5]] for s in _sections(cubin)
-                                 if s[0].startswith(".text"))).hexdigest()[:12]
 
 
 def kernels(suite: str):

@@ -269,7 +269,8 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
 
 
 ROW_KEY = ("b", "L", "h", "p", "n", "g", "dtype", "chunk", "features", "impl")
-PART_KEYS = ("commit", "date", "shapes", "chunks", "impls", "tilegym_autotuned_at", "copy_ceiling_tb_per_s", "seconds")
+PART_KEYS = ("commit", "date", "shapes", "chunks", "impls", "tilegym_autotuned_at", "segments", "cutile",
+             "copy_ceiling_tb_per_s", "seconds")
 
 
 def write(rows, meta, out_dir=None, append=False):
@@ -311,7 +312,7 @@ def main(argv=None):
                          "first configuration. Default: everywhere")
     ap.add_argument("--impls", default=",".join(DEFAULT_IMPLS), help=f"comma-separated subset of {','.join(IMPLS)}")
     ap.add_argument("--no-fp32", action="store_true", help="bf16 only (fp32 runs on the first shape by default)")
-    ap.add_argument("--append", action="store_true", help="keep rows of other shapes already in the CSV")
+    ap.add_argument("--append", action="store_true", help="keep the rows already in the CSV that this run does not re-measure")
     ap.add_argument("--out", default=None, help="folder for mamba2.csv/.json (default book/data)")
     ap.add_argument("--segments", type=int, default=None,
                     help="kernels.mamba2.ssd.SEGMENTS for the one-kernel pass (0: chosen by scan_segments, "

@@ -133,15 +133,7 @@ def focus(out_dir):
                 cfg = cfg_for(n, bits, *c, keep=True)
                 for op, fn in (("rmsnorm", lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)),
                                ("softmax", lambda: softmax_out(x, out, config=cfg))):
-                    try:
-                        ms = H.time_ms(fn, warmup=3, rep=10)
-                    except Exception as e:
-                        print("FAIL", op, n, cfg, type(e).__name__, str(e)[:200], flush=True)
-                        continue
-                    r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n,
-                              bytes_moved(op, m, n, bits // 8), ms, ceil["copy"], variant=str(cfg))
-                    rows.append(r)
-                    print(f"{op:8s} {r['dtype']} N={n} {r['frac_of_ceiling']:.3f} {cfg}", flush=True)
+                    try_config(rows, op, fn, bits, m, n, ceil["copy"], cfg, row_config(n, bits, keep_row=True))
             del x, out, w
     # host cost of one launch: wall time of many back-to-back calls on a tiny input
     x = torch.randn(4, 1024, device="cuda")
@@ -198,21 +190,24 @@ def smem(out_dir):
 REDUCE_NS = [1024, 262144]
 
 
+def short_candidates(n: int, bits: int):
+    """One-block streamed shapes for short rows: 16-128 threads a row, 1-8 128-bit accesses a
+    pass (those the row fills), blocks of 128 or 256 threads."""
+    nvec = n // (128 // bits)
+    return [cfg_for(n, bits, tpr, tpb, 1, keep=False, vecs=vecs)
+            for tpr in (16, 32, 64, 128) for vecs in (1, 2, 4, 8) if tpr * vecs <= nvec for tpb in (128, 256)]
+
+
 def reduce_candidates(n: int, bits: int):
     """Streamed configurations of the row sum that cover a row of n elements with 128-bit
-    accesses: one block (short rows) or up to 8 (long ones), 1-8 accesses a pass."""
-    vec = 128 // bits
-    nvec = n // vec
-    out = []
-    short = n <= 4096
-    for tpr in ((16, 32, 64, 128) if short else (128, 256, 512)):
-        for cluster in ((1,) if short else (1, 2, 4, 8)):
-            for vecs in ((1, 2, 4, 8) if short else (2, 4, 8)):
-                if tpr * cluster * vecs > nvec:
-                    continue
-                for tpb in ((128, 256) if short else (tpr,)):
-                    out.append(RowConfig(tpr, tpb, cluster, vec, vecs, math.ceil(nvec / (tpr * cluster * vecs))))
-    return out
+    accesses: one block (short rows, ``short_candidates``) or up to 8 (long ones), 2-8
+    accesses a pass."""
+    if n <= 4096:
+        return short_candidates(n, bits)
+    nvec = n // (128 // bits)
+    return [cfg_for(n, bits, tpr, tpr, cluster, keep=False, vecs=vecs)
+            for tpr in (128, 256, 512) for cluster in (1, 2, 4, 8) for vecs in (2, 4, 8)
+            if tpr * cluster * vecs <= nvec]
 
 
 def read_sweep(suite, out_dir, ns, dtypes, time_point):
@@ -262,9 +257,7 @@ def prologue(out_dir, ns, dtypes, table_only=False):
     def point(rows, x, m, n, bits, ceil):
         t = torch.randint(0, n, (m,), device="cuda")
         picked = row_config(n, bits, keep_row=False)
-        shapes = [(tpr, tpb, 1) for tpr in (16, 32, 64, 128) for tpb in (128, 256)] if n <= 8192 and not table_only else []
-        cands = list(dict.fromkeys([picked] + [cfg_for(n, bits, *c, keep=False, vecs=v) for c in shapes
-                                               for v in (1, 2, 4, 8)]))
+        cands = list(dict.fromkeys([picked] + (short_candidates(n, bits) if n <= 8192 and not table_only else [])))
         for cfg in cands:
             for early in ((False, True) if cfg == picked else (False,)):
                 try_config(rows, "cross_entropy", lambda: cross_entropy(x, t, reduction="none", check_target=False,

@@ -6,6 +6,7 @@ memory, i.e. registers spilled or an array was indexed at run time.
 """
 from __future__ import annotations
 
+import hashlib
 import struct
 from dataclasses import dataclass
 
@@ -73,3 +74,10 @@ def kernel_resources(elf: bytes) -> list[KernelResources]:
                 else:
                     pos += 2
     return [KernelResources(k, regs[k], frames.get(k, 0)) for k in regs]
+
+
+def text_hash(elf: bytes) -> str:
+    """A short hash of the machine code alone (the ``.text`` sections): equal for two cubins of the
+    same instructions whatever their debug and line information."""
+    return hashlib.sha1(b"".join(elf[s[4]:s[4] + s[5]] for s in _sections(elf)
+                                 if s[0].startswith(".text"))).hexdigest()[:12]

@@ -1,7 +1,7 @@
 """Mamba-2 SSD forward (``kernels.mamba2.mamba_chunk_scan_combined``, cuTile) against float64.
 
-On the GPU: chunk 64/128/256 x groups 1/8/h x head dim 64/128 x bf16/fp32, both implementations
-("fused", three kernels; "staged", five), against ``ssd_reference`` in float64: relative error
+On the GPU: chunk 64/128/256 x groups 1/8/h x head dim 64/128 x bf16/fp32, every implementation
+("single", a prep launch and one loop kernel; "fused", three kernels; "staged", five), against ``ssd_reference`` in float64: relative error
 ||out - ref|| / ||ref|| at most 1e-2 (bf16) or 2e-3 (fp32), for the output and the final states,
 and no more than twice that of mamba_ssm's Triton kernels on the same inputs. Then every optional
 input on and off, and lengths that are not a multiple of the chunk.

@@ -15,8 +15,9 @@ versions of the pass share their arithmetic and differ in what goes through memo
                                           x's dtype, as the next product reads them)
     5 chunk_scan     out                chunk-scan kernel (the same kernel)
 
-    single (prep + 1 kernel): the prep kernel (stage 1 and C B^T for blocks of 64 steps), then
-    one scan kernel in which a block carries a head's state (fp32) through the whole sequence,
+    single (prep + 1 kernel): the prep kernel (stage 1 and C B^T for blocks of min(l, 64) steps),
+    then one scan kernel in which a block carries a slice of a head's state (fp32) through the
+    sequence (or, cut into segments, through its segment),
     producing each block of steps' output and then its update of the state. Only out and the
     final state are written. It needs many sequences (b * h) to fill the GPU; ``impl="auto"``
     (the default) takes it for 16-bit inputs with at least SINGLE_MIN_SEQUENCES, and the fused
@@ -44,14 +45,19 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: ``occupancy``, the blocks an SM should hold); absent means cuTile's defaults. Data, so a
 #: benchmark can try others. On the H200, occupancy 4 took the bf16 pass from 1776 to 1067 us
 #: (chunk 64, book/data/mamba2_runs_ab.csv run A); by default cuTile gave these kernels 255 registers
-#: a thread. fp32 keeps the defaults: its FMA products spill either way (4-17 KB of local
-#: memory a thread) and are not tuned.
+#: a thread (the segment-state kernel, written later, takes the same hint unmeasured). fp32 keeps
+#: the defaults: its FMA products spill either way (4-17 KB of local memory a thread) and are
+#: not tuned.
 HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state",
                                                                         "segment_state", "chunk_scan")}
-HINTS["scan", 16] = {"occupancy": 2}  # H200, chunk 64: 453 -> 368 us (benchmarks/runs/mamba2_run_d.py)
-#: Blocks of the state kernel an SM holds (its occupancy hint), which ``state_tile`` fills in one
-#: wave. H200, bf16, run F (benchmarks/runs/mamba2_run_f.py, book/data/mamba2_run_f.csv): against
-#: 4, occupancy 2 was faster in 9 of the 12 (shape, chunk, tile) points without a latency hint,
+#: Blocks of the one-kernel pass's scan an SM holds (its occupancy hint), which SINGLE_MIN_SEQUENCES
+#: and ``scan_tile`` fill. H200, chunk 64: 453 -> 368 us against the default (benchmarks/runs/mamba2_run_d.py).
+SCAN_OCCUPANCY = 2
+HINTS["scan", 16] = {"occupancy": SCAN_OCCUPANCY}
+#: Blocks of the state kernel an SM holds (its occupancy hint for 16-bit inputs; fp32 has no hint,
+#: and ``state_tile`` assumes this many for both), which ``state_tile`` fills in one wave; a
+#: ``set_hints`` that changes the hint does not move that rule. H200, bf16, run F (benchmarks/runs/mamba2_run_f.py, book/data/mamba2_run_f.csv): against
+#: 4, occupancy 2 was faster in 10 of the 12 (shape, chunk, tile) points without a latency hint,
 #: e.g. (1, 65536, 64) chunk 128 with a (64, 32) tile 1533 -> 1377 us.
 STATE_OCCUPANCY = 2
 HINTS["state", 16] = {"occupancy": STATE_OCCUPANCY}
@@ -139,7 +145,7 @@ SCAN = dict(pre_cs=True, pre_cb=True, steps=64)
 #: sequential part (H200, bf16: 32 sequences of 16k steps 491 against 261 us; 64 of 64k, 3707
 #: against 1480 us; 512 of 4096, 368 against 805 us). fp32 takes the three-kernel pass (its
 #: FMA products spill in both; 133 against 101 ms).
-SINGLE_MIN_SEQUENCES = 2 * SM_COUNT
+SINGLE_MIN_SEQUENCES = SCAN_OCCUPANCY * SM_COUNT
 
 
 def choose_impl(b: int, h: int, bits: int, L: int = 1, chunk_size: int = 64) -> str:
@@ -188,11 +194,11 @@ def single_segments(b: int, h: int, L: int, chunk_size: int) -> int:
 
 def scan_tile(p: int, work: int) -> int:
     """Columns of the state (along p) one block of the one-kernel pass carries: all of p up to
-    64, halved down to 16 while ``work`` (b * h sequences) times the tiles a sequence splits into
-    would leave fewer than two blocks an SM. Each block walks its whole sequence in turn, so few
-    long sequences need the split to fill the GPU."""
+    64, halved down to 16 while ``work`` (sequences, or segments of them) times the tiles a
+    sequence splits into would leave an SM fewer than SCAN_OCCUPANCY blocks. Each block walks its
+    sequence in turn, so few long sequences need the split to fill the GPU."""
     bp = min(p, 64)
-    while work * (p // bp) < 2 * SM_COUNT and bp > 16:
+    while work * (p // bp) < SCAN_OCCUPANCY * SM_COUNT and bp > 16:
         bp //= 2
     return bp
 

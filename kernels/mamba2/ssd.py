@@ -131,6 +131,9 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
 #: was faster in 6 of 8 points (with occupancy 2 at chunk 128 on (4, 16384, 8): 238.4 -> 219.7
 #: us); with (64, 32) tiles it was slower in all 4 points at occupancy 2 (e.g. 1377 -> 1423 us).
 STATE_LOAD_LATENCY = {(16, 16): 2}
+#: How the state kernel walks the chunks, by input bits (``state_kernel``'s WALK; absent: 0, each
+#: chunk's loads in its own step).
+STATE_WALK: dict[int, int] = {}
 
 
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
@@ -305,7 +308,8 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("prep", (b * nc, h // hb + g * r2, 1),
              (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
             ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init,
-                                                  STATE_LOAD_LATENCY.get((torch.finfo(x.dtype).bits, bn), 0))),
+                                                  STATE_LOAD_LATENCY.get((torch.finfo(x.dtype).bits, bn), 0),
+                                                  STATE_WALK.get(torch.finfo(x.dtype).bits, 0))),
         ]
     else:
         states = torch.empty(b, nc, h, p, n, **f32)

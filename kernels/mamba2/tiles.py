@@ -47,6 +47,11 @@ def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[in
     entering the chunk decayed over it (stage 3's step; zeros for stage 2 alone):
     exp(cs_last) h + sum_t exp(cs_last - cs_t) dt_t x_t B_t^T."""
     d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, LAT)
+    return chunk_update(h, d, cs, last, xc, bc)
+
+
+def chunk_update(h, d, cs, last, xc, bc):
+    """The arithmetic of ``chunk_state`` on inputs already loaded (``chunk_inputs``)."""
     w = ct.exp(last - cs) * d
     bw = (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype)
     return ct.mma(xc.transpose(), bw, h * ct.exp(last))
@@ -136,16 +141,41 @@ def prep_kernel(dt, dt_bias, A, dts, cums, C, B, cb, seqlen, nchunks, head_block
 
 @ct.kernel
 def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int], heads_per_group: C_[int],
-                 Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool], LAT: C_[int]):
+                 Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool], LAT: C_[int], WALK: C_[int]):
     """Stages 2 and 3 in one loop over the chunks: a block carries one (BP x BN) tile of one
     head's state through the sequence; chunk states never leave the registers, and only the
-    state entering each chunk is stored (for stage 5)."""
+    state entering each chunk is stored (for stage 5). WALK says when a chunk's x and B are
+    loaded: 0 in its own step; 1 a step ahead (the loads of chunk c + 1 are issued before the
+    state update of chunk c, which they do not depend on); 2 two chunks a step, both loaded
+    before either update."""
     bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
     bi, hi = bh // nheads, bh % nheads
+    gi = hi // heads_per_group
     h = initial_state(init, bi, hi, pt, nt, BP, BN, HAS_INIT)
-    for c in range(nchunks):
-        store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
-        h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN, LAT)
+    first = 0
+    if WALK == 2:
+        for k in range(nchunks // 2):
+            c = 2 * k
+            d0, cs0, last0, x0, b0 = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, LAT)
+            d1, cs1, last1, x1, b1 = chunk_inputs(x, B, dts, cums, bi, hi, gi, c + 1, pt, nt, Q, BP, BN, LAT)
+            store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
+            h = chunk_update(h, d0, cs0, last0, x0, b0)
+            store_state(entering, h, bi, c + 1, hi, pt, nt, BP, BN)
+            h = chunk_update(h, d1, cs1, last1, x1, b1)
+        first = nchunks // 2 * 2
+    if WALK == 1:
+        d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, 0, pt, nt, Q, BP, BN, LAT)
+        for c in range(nchunks):
+            # the next chunk's inputs (the last chunk's again at the end: an index past it is undefined)
+            d1, cs1, last1, x1, b1 = chunk_inputs(x, B, dts, cums, bi, hi, gi, ct.minimum(c + 1, nchunks - 1),
+                                                  pt, nt, Q, BP, BN, LAT)
+            store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
+            h = chunk_update(h, d, cs, last, xc, bc)
+            d, cs, last, xc, bc = d1, cs1, last1, x1, b1
+    else:
+        for c in range(first, nchunks):
+            store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
+            h = chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q, BP, BN, LAT)
     ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
 
 

@@ -24,10 +24,15 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OP_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 REDUCTION_NS = [1024, 4096, 16384, 65536, 131072, 262144]
 TOTAL = 1 << 28  # M * N
+#: Bytes the reduction suite reads at every point, in both dtypes (M * N = 2^28 in fp32, 2^29 in
+#: bf16): a launch's fixed costs weigh twice as much against bf16's 512 MiB of 2^28 elements, and
+#: on the H200 our read probe itself reached 97.1% of its 2 GiB speed over 512 MiB and 99.1% over
+#: 1 GiB (benchmarks/runs/ceiling_size.py, book/data/ceiling_size.csv).
+REDUCTION_BYTES = 1 << 30
 
 
-def _m_for(n: int) -> int:
-    return max(1, TOTAL // n)
+def _m_for(n: int, total: int = TOTAL) -> int:
+    return max(1, total // n)
 
 
 def _graph(fn):
@@ -141,7 +146,7 @@ def suite_reduction(args, ceil):
     rows = []
     for name, dt in DTYPES.items():
         for n in ns:
-            m = _m_for(n)
+            m = _m_for(n, REDUCTION_BYTES // (torch.finfo(dt).bits // 8))
             x = torch.randn(m, n, device="cuda", dtype=dt)
             out = torch.empty(m, device="cuda")
             nbytes = bytes_moved("reduce", m, n, x.element_size())
@@ -231,7 +236,7 @@ def main(argv=None):
             meta_ours["early_target"] = ce.EARLY_TARGET
         meta = H.metadata({**meta_ours, "suite": s, "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"],
                            "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
-                           "total_elements": TOTAL})
+                           **({"bytes_read": REDUCTION_BYTES} if s == "reduction" else {"total_elements": TOTAL})})
         path = H.write_suite(s, rows, meta, a.out)
         print(f"wrote {path} ({len(rows)} rows, {time.time() - t0:.0f} s)", flush=True)
     return 0

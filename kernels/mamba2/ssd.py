@@ -126,14 +126,12 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
     return bp, bn
 
 
-#: cuTile's load-latency hint for the state kernel's loads of x and B, by (input bits, n side of
-#: the state tile); absent: none (the compiler infers it). H200 run F: with (64, 16) tiles, 2
-#: was faster in 6 of 8 points (with occupancy 2 at chunk 128 on (4, 16384, 8): 238.4 -> 219.7
-#: us); with (64, 32) tiles it was slower in all 4 points at occupancy 2 (e.g. 1377 -> 1423 us).
-STATE_LOAD_LATENCY = {(16, 16): 2}
-#: How the state kernel walks the chunks, by input bits (``state_kernel``'s WALK; absent: 0, each
-#: chunk's loads in its own step).
-STATE_WALK: dict[int, int] = {}
+#: cuTile's latency hints of the state kernel, by (input bits, n side of the state tile): for its
+#: loads of x, of B and of the step sizes, and for its stores of the states (1 low to 10 high DRAM
+#: traffic; 0 or absent: none, the compiler infers it). H200 run F: with (64, 16) tiles, 2 on x
+#: and B was faster in 6 of 8 points (with occupancy 2 at chunk 128 on (4, 16384, 8): 238.4 ->
+#: 219.7 us); with (64, 32) tiles it was slower in all 4 points at occupancy 2 (e.g. 1377 -> 1423 us).
+STATE_LATENCY = {(16, 16): (2, 2, 0, 0)}
 
 
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
@@ -308,8 +306,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("prep", (b * nc, h // hb + g * r2, 1),
              (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
             ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init,
-                                                  STATE_LOAD_LATENCY.get((torch.finfo(x.dtype).bits, bn), 0),
-                                                  STATE_WALK.get(torch.finfo(x.dtype).bits, 0))),
+                                                  *STATE_LATENCY.get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0)))),
         ]
     else:
         states = torch.empty(b, nc, h, p, n, **f32)

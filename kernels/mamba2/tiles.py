@@ -27,31 +27,28 @@ def step_sizes(dt, dt_bias, A, dts, cums, bi, hb, c, seqlen, Q: C_[int], HB: C_[
     ct.store(cums, (bi, hb, c, 0), cs.transpose().reshape((1, HB, 1, Q)))
 
 
-def chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int], LAT: C_[int]):
+def chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int], LX: C_[int],
+                 LB: C_[int], LD: C_[int]):
     """What stage 2 reads for one chunk and one (BP x BN) tile of the state: the step sizes,
     their running sum and its last value (the chunk's log-decay), and the chunk's x and B.
-    LAT is cuTile's load-latency hint for x and B (``latency=``, 1 low to 10 high DRAM
-    traffic; 0: none, the compiler infers it)."""
-    d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
-    cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q)).reshape((Q,))
+    LX, LB and LD are cuTile's load-latency hints (``latency=``, 1 low to 10 high DRAM traffic;
+    0: none, the compiler infers it) for x, for B, and for the step sizes and their sum."""
+    d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q), latency=LD if LD > 0 else None).reshape((Q,))
+    cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q), latency=LD if LD > 0 else None).reshape((Q,))
     last = ct.extract(cs, index=(Q - 1,), shape=(1,))
     xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO,
-                 latency=LAT if LAT > 0 else None).reshape((Q, BP))
+                 latency=LX if LX > 0 else None).reshape((Q, BP))
     bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO,
-                 latency=LAT if LAT > 0 else None).reshape((Q, BN))
+                 latency=LB if LB > 0 else None).reshape((Q, BN))
     return d, cs, last, xc, bc
 
 
-def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int], LAT: C_[int]):
+def chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int], BN: C_[int], LX: C_[int],
+                LB: C_[int], LD: C_[int]):
     """Stage 2 for one chunk and one (BP x BN) tile of the state, added to the state ``h``
     entering the chunk decayed over it (stage 3's step; zeros for stage 2 alone):
     exp(cs_last) h + sum_t exp(cs_last - cs_t) dt_t x_t B_t^T."""
-    d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, LAT)
-    return chunk_update(h, d, cs, last, xc, bc)
-
-
-def chunk_update(h, d, cs, last, xc, bc):
-    """The arithmetic of ``chunk_state`` on inputs already loaded (``chunk_inputs``)."""
+    d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, LX, LB, LD)
     w = ct.exp(last - cs) * d
     bw = (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype)
     return ct.mma(xc.transpose(), bw, h * ct.exp(last))
@@ -65,8 +62,10 @@ def initial_state(init, bi, hi, pt, nt, BP: C_[int], BN: C_[int], HAS_INIT: C_[b
     return h
 
 
-def store_state(states, h, bi, c, hi, pt, nt, BP: C_[int], BN: C_[int]):
-    ct.store(states, (bi, c, hi, pt, nt), h.reshape((1, 1, 1, BP, BN)).astype(states.dtype))
+def store_state(states, h, bi, c, hi, pt, nt, BP: C_[int], BN: C_[int], LS: C_[int]):
+    """Store one (BP x BN) state tile (LS: the store's latency hint, 0 none)."""
+    ct.store(states, (bi, c, hi, pt, nt), h.reshape((1, 1, 1, BP, BN)).astype(states.dtype),
+             latency=LS if LS > 0 else None)
 
 
 def cb_tile(C, B, cb, bi, c, gi, mt, kt, Q: C_[int], BM: C_[int], NS: C_[int]):
@@ -95,8 +94,8 @@ def chunk_state_kernel(x, B, dts, cums, states, nchunks, nheads: C_[int], heads_
     c = (pid // nheads) % nchunks
     bi = pid // (nheads * nchunks)
     s = chunk_state(x, B, dts, cums, ct.zeros((BP, BN), dtype=ct.float32), bi, hi, hi // heads_per_group, c,
-                    pt, nt, Q, BP, BN, 0)
-    store_state(states, s, bi, c, hi, pt, nt, BP, BN)
+                    pt, nt, Q, BP, BN, 0, 0, 0)
+    store_state(states, s, bi, c, hi, pt, nt, BP, BN, 0)
 
 
 @ct.kernel
@@ -106,7 +105,7 @@ def state_passing_kernel(states, cums, init, entering, final, nchunks, nheads: C
     bi, hi = bh // nheads, bh % nheads
     h = initial_state(init, bi, hi, pt, nt, BP, BN, HAS_INIT)
     for c in range(nchunks):
-        store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
+        store_state(entering, h, bi, c, hi, pt, nt, BP, BN, 0)
         last = ct.load(cums, (bi, hi, c, Q - 1), shape=())
         s = ct.load(states, (bi, c, hi, pt, nt), shape=(1, 1, 1, BP, BN)).reshape((BP, BN))
         h = h * ct.exp(last) + s
@@ -141,41 +140,18 @@ def prep_kernel(dt, dt_bias, A, dts, cums, C, B, cb, seqlen, nchunks, head_block
 
 @ct.kernel
 def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int], heads_per_group: C_[int],
-                 Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool], LAT: C_[int], WALK: C_[int]):
+                 Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool], LX: C_[int], LB: C_[int], LD: C_[int],
+                 LS: C_[int]):
     """Stages 2 and 3 in one loop over the chunks: a block carries one (BP x BN) tile of one
     head's state through the sequence; chunk states never leave the registers, and only the
-    state entering each chunk is stored (for stage 5). WALK says when a chunk's x and B are
-    loaded: 0 in its own step; 1 a step ahead (the loads of chunk c + 1 are issued before the
-    state update of chunk c, which they do not depend on); 2 two chunks a step, both loaded
-    before either update."""
+    state entering each chunk is stored (for stage 5). LX, LB, LD and LS: latency hints of the
+    loads of x, of B, of the step sizes and of the stored states (``chunk_inputs``)."""
     bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
     bi, hi = bh // nheads, bh % nheads
-    gi = hi // heads_per_group
     h = initial_state(init, bi, hi, pt, nt, BP, BN, HAS_INIT)
-    first = 0
-    if WALK == 2:
-        for k in range(nchunks // 2):
-            c = 2 * k
-            d0, cs0, last0, x0, b0 = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, LAT)
-            d1, cs1, last1, x1, b1 = chunk_inputs(x, B, dts, cums, bi, hi, gi, c + 1, pt, nt, Q, BP, BN, LAT)
-            store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
-            h = chunk_update(h, d0, cs0, last0, x0, b0)
-            store_state(entering, h, bi, c + 1, hi, pt, nt, BP, BN)
-            h = chunk_update(h, d1, cs1, last1, x1, b1)
-        first = nchunks // 2 * 2
-    if WALK == 1:
-        d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, 0, pt, nt, Q, BP, BN, LAT)
-        for c in range(nchunks):
-            # the next chunk's inputs (the last chunk's again at the end: an index past it is undefined)
-            d1, cs1, last1, x1, b1 = chunk_inputs(x, B, dts, cums, bi, hi, gi, ct.minimum(c + 1, nchunks - 1),
-                                                  pt, nt, Q, BP, BN, LAT)
-            store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
-            h = chunk_update(h, d, cs, last, xc, bc)
-            d, cs, last, xc, bc = d1, cs1, last1, x1, b1
-    else:
-        for c in range(first, nchunks):
-            store_state(entering, h, bi, c, hi, pt, nt, BP, BN)
-            h = chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q, BP, BN, LAT)
+    for c in range(nchunks):
+        store_state(entering, h, bi, c, hi, pt, nt, BP, BN, LS)
+        h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN, LX, LB, LD)
     ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
 
 
@@ -261,11 +237,11 @@ def segment_state_kernel(x, B, dts, cums, seg_states, seg_decay, nchunks, nseg, 
     after = ct.zeros((1,), dtype=ct.float32)  # log-decay of the segment's chunks after this one
     for j in range(stop - sg * seg_len):
         c = stop - 1 - j
-        d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, 0)
+        d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, 0, 0, 0)
         w = ct.exp(last + after - cs) * d
         acc = ct.mma(xc.transpose(), (bc.astype(ct.float32) * w[:, None]).astype(xc.dtype), acc)
         after = after + last
-    store_state(seg_states, acc, bi, sg, hi, pt, nt, BP, BN)
+    store_state(seg_states, acc, bi, sg, hi, pt, nt, BP, BN, 0)
     ct.store(seg_decay, (bi, hi, sg, 0), after.reshape((1, 1, 1, 1)))
 
 

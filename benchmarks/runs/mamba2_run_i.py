@@ -2,8 +2,9 @@
 (``ssd.STATE_LATENCY``: its loads of x, of B and of the step sizes, and its stores of the
 states), on the two shapes with few sequences (TileGym autotuned beat us on (1, 65536, 64));
 TileGym's own state kernel tunes such hints (4 or 6 on x, 2 or 4 on B and the step sizes, 2 on
-its stores). Chunks 64 and 128, state tiles (64, 16) and (64, 32), occupancy 2. One line a
-result; M2OUT names a folder for results_i.csv.
+its stores). Chunks 64 and 128, occupancy 2, each shape with the state tile ``ssd.state_tile``
+picks for it ((64, 32) for 64 sequences, (64, 16) for 32: the hints are data by tile, so each
+shape sets its own). One line a result; M2OUT names a folder for results_i.csv.
 
     bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_i.py
 """
@@ -45,9 +46,9 @@ for shape in ((1, 65536, 64, 64, 128, 1), (4, 16384, 8, 64, 128, 1)):
     args, kw = make_inputs(*shape, torch.bfloat16, seed=1)
     ref = reference(args, kw)
     for chunk in (64, 128):
-        for tile in ((64, 16), (64, 32)):
-            for hints in HINTS:
-                timed(shape, args, kw, ref, chunk, tile, hints)
+        tile = ssd.state_tile(shape[3], shape[4], shape[0] * shape[2])
+        for hints in HINTS:
+            timed(shape, args, kw, ref, chunk, tile, hints)
     del args, kw, ref
     with open(os.path.join(OUT, "results_i.csv"), "w", newline="") as f:  # after each shape
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["shape"])

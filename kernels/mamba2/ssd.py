@@ -128,10 +128,15 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
 
 #: cuTile's latency hints of the state kernel, by (input bits, n side of the state tile): for its
 #: loads of x, of B and of the step sizes, and for its stores of the states (1 low to 10 high DRAM
-#: traffic; 0 or absent: none, the compiler infers it). H200 run F: with (64, 16) tiles, 2 on x
-#: and B was faster in 6 of 8 points (with occupancy 2 at chunk 128 on (4, 16384, 8): 238.4 ->
-#: 219.7 us); with (64, 32) tiles it was slower in all 4 points at occupancy 2 (e.g. 1377 -> 1423 us).
-STATE_LATENCY = {(16, 16): (2, 2, 0, 0)}
+#: traffic; 0 or absent: none, the compiler infers it). TileGym's state kernel tunes the same kind
+#: of hints. H200, bf16, runs I and J (benchmarks/runs/mamba2_run_i.py and _j.py, book/data/
+#: mamba2_run_i.csv and _j.csv; the three-kernel pass, 25 hint sets a shape and chunk, then 102
+#: distinct machine codes around the best): (4, 16384, 8), tile (64, 16): (2, 4, 4, 2) 219.8 ->
+#: 213.3 us at chunk 128 and 264.2 -> 253.2 at chunk 64 against the hint before, (2, 2, 0, 0);
+#: (1, 65536, 64), tile (64, 32): (6, 4, 4, 2) 1410.9 -> 1281.2-1283.5 us at chunk 64 (its state
+#: kernel 761 -> 637 us) and 1378.8 -> 1389.6 at chunk 128 against no hint. The landscape is
+#: rugged (neighbouring hints cost up to 1850 us), so these are measured points, not a trend.
+STATE_LATENCY = {(16, 16): (2, 4, 4, 2), (16, 32): (6, 4, 4, 2)}
 
 
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark

@@ -75,3 +75,20 @@ def test_auto_picks_the_one_kernel_pass_only_with_enough_sequences(monkeypatch):
     assert set(export_cubins((4, 256, 8, 64, 128), torch.bfloat16, 64)) == WANT["fused"]
     monkeypatch.setattr(ssd, "SEGMENTS", 0)  # segments on: 32 long sequences become 512 segments
     assert choose_impl(4, 8, 16, 16384, 64) == "single" and choose_impl(4, 8, 16, 256, 64) == "fused"
+
+
+def test_state_latency_hints_reach_the_state_kernel(monkeypatch):
+    """Each ``ssd.STATE_LATENCY`` entry is four hints in 0..10, and its tile's state kernel compiles
+    with it to different machine code than without hints (the hints are arguments, not dead data);
+    (1, 64 heads) sequences take the (64, 32) tile and its entry."""
+    from kernels.cubin import text_hash
+    from kernels.mamba2 import export_cubins, ssd
+    assert ssd.state_tile(64, 128, 64) == (64, 32)
+    for (bits, bn), hints in ssd.STATE_LATENCY.items():
+        assert bits == 16 and len(hints) == 4 and all(0 <= v <= 10 for v in hints), (bn, hints)
+    shape = (1, 4096, 64, 64, 128)  # 64 sequences: the (64, 32) tile
+    hinted = export_cubins(shape, torch.bfloat16, 64, "fused")["state"]
+    monkeypatch.setattr(ssd, "STATE_LATENCY", {})
+    plain = export_cubins(shape, torch.bfloat16, 64, "fused")["state"]
+    assert kernel_resources(hinted)[0].frame_bytes == 0
+    assert text_hash(hinted) != text_hash(plain)

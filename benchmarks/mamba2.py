@@ -221,8 +221,10 @@ def tilegym_tuning(i, chunk, tuned):
     return "autotuned" if on else "autotune off (TileGym's first configuration)"
 
 
-def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
-    """Rows for SHAPES[i] in dtype dname: every chunk, feature set and implementation."""
+def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None, done=None):
+    """Rows for SHAPES[i] in dtype dname: every chunk, feature set and implementation.
+    ``done(rows)``, if given, is called with the rows so far after each one (the suite writes
+    its files then, so a run cut short by a time limit keeps every row it measured)."""
     from kernels.mamba2 import ssd_bytes_and_flops
     from kernels.mamba2.ssd import choose_impl, single_segments
 
@@ -264,6 +266,8 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None):
                         row["error"] = f"{type(e).__name__}: {str(e)[:200]}".replace("\n", " ")
                 rows.append(row)
                 log({key: v for key, v in row.items() if key != "kernels"})
+                if done is not None:
+                    done(rows)
                 torch.cuda.empty_cache()
     return rows
 
@@ -339,10 +343,16 @@ def main(argv=None):
                        "chunks": chunks, "tilegym_autotuned_at": "everywhere" if tuned is None else sorted(tuned),
                        "copy_ceiling_tb_per_s": ceiling, "segments": a.segments})
     rows, path = [], None
-    for i, dname, dimpls in runs(shape_ids, impls, not a.no_fp32):
-        rows += measure_shape(i, dname, dimpls, log=lambda r: print(r, flush=True), chunks=chunks, tuned=tuned)
+
+    def checkpoint(shape_rows):
+        """Write every row so far (after each row: a run cut short keeps what it measured)."""
         meta["seconds"] = round(time.time() - t0, 1)
-        path = write(rows, meta, a.out, a.append)  # after every shape: a run cut short keeps its rows
+        return write(rows + shape_rows, meta, a.out, a.append)
+
+    for i, dname, dimpls in runs(shape_ids, impls, not a.no_fp32):
+        rows += measure_shape(i, dname, dimpls, log=lambda r: print(r, flush=True), chunks=chunks, tuned=tuned,
+                              done=checkpoint)
+        path = checkpoint([])
     print(summary(rows))
     print(f"wrote {path} ({len(rows)} rows, {time.time() - t0:.0f} s)", flush=True)
     return 0

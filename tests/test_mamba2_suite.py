@@ -40,3 +40,38 @@ def test_tilegym_autotunes_only_where_asked(monkeypatch):
     assert S.tilegym_tuning(1, 64, {(0, 64)}).startswith("autotune off")
     assert os.environ["TILEGYM_DISABLE_AUTOTUNE"] == "1"
     assert S.tilegym_tuning(3, 256, None) == "autotuned"
+
+
+def test_each_measured_row_is_handed_on_at_once(monkeypatch, tmp_path):
+    """measure_shape calls ``done`` after every row, so the suite writes its files before the next
+    (minutes-long) measurement: a run cut short by a time limit keeps what it measured."""
+    monkeypatch.setattr(S, "make_inputs", lambda *a, **k: ((), {}))
+    monkeypatch.setattr(S, "as_tilegym_features", lambda a, k: (a, k))
+    monkeypatch.setattr(S, "reference", lambda a, k: None)
+    measured = []
+
+    def fake_measure(impl, a, k, chunk, ref, reps):
+        if impl == "tilegym" and chunk == 128:
+            raise KeyboardInterrupt  # the time limit, during TileGym's tuning at the second chunk
+        measured.append((impl, chunk))
+        return {"us": 1.0 + len(measured), "rel_err": "1e-3"}
+
+    monkeypatch.setattr(S, "measure", fake_measure)
+    meta = {"commit": "c", "date": "d"}
+    written = []
+
+    def done(rows):
+        S.write(rows, meta, tmp_path)
+        written.append(len(rows))
+
+    try:
+        S.measure_shape(3, "bf16", ["ours", "tilegym"], log=lambda r: None, chunks=(64, 128), done=done)
+    except KeyboardInterrupt:
+        pass
+    assert written == list(range(1, len(written) + 1))  # after every row
+    with open(tmp_path / "mamba2.csv") as f:
+        kept = [(r["impl"], r["chunk"], r["features"]) for r in csv.DictReader(f)]
+    # chunk 64 whole (TileGym's row of the full features is its "unsupported" note), chunk 128 up to the cut
+    assert kept == [("ours", "64", "full"), ("tilegym", "64", "full"), ("ours", "64", "tilegym"),
+                    ("tilegym", "64", "tilegym"), ("ours", "128", "full"), ("tilegym", "128", "full"),
+                    ("ours", "128", "tilegym")]

@@ -248,16 +248,19 @@ PROLOGUE_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 def prologue(out_dir, ns, dtypes, table_only=False):
     """Cross-entropy with its target and target logit loaded after the reduction (the
     default) or while the row's loads are in flight (``early_target``), under the table's
-    configuration; and, for rows up to 8k (not with ``table_only``), with the target late, under
-    one-block-per-cluster shapes of 16-128 threads a row and 1-8 accesses a pass: short rows
-    hold their block through the target's two round trips after a short load, so the bytes a
-    thread has in flight may matter more than for the plain row sum."""
+    configuration; and (not with ``table_only``) with the target late under other shapes: for
+    rows up to 8k, one-block-per-cluster shapes of 16-128 threads a row and 1-8 accesses a pass
+    (short rows hold their block through the target's two round trips after a short load, so
+    the bytes a thread has in flight may matter more than for the plain row sum); for longer
+    rows, the row sum's streamed shapes (``reduce_candidates``: 128-512 threads a row, clusters
+    of 1-8, 2-8 accesses a pass), which the table's cross-entropy rows were not swept over."""
     from kernels.cross_entropy import cross_entropy
 
     def point(rows, x, m, n, bits, ceil):
         t = torch.randint(0, n, (m,), device="cuda")
         picked = row_config(n, bits, keep_row=False)
-        cands = list(dict.fromkeys([picked] + (short_candidates(n, bits) if n <= 8192 and not table_only else [])))
+        others = [] if table_only else short_candidates(n, bits) if n <= 8192 else reduce_candidates(n, bits)
+        cands = list(dict.fromkeys([picked] + others))
         for cfg in cands:
             for early in ((False, True) if cfg == picked else (False,)):
                 try_config(rows, "cross_entropy", lambda: cross_entropy(x, t, reduction="none", check_target=False,

@@ -9,6 +9,12 @@ ZERO = ct.PaddingMode.ZERO
 
 
 # ---- tile functions: one per piece of arithmetic --------------------------------------
+def hint(latency: C_[int]):
+    """A load's or store's ``latency=`` hint from a kernel's Constant: 0 means none (the compiler
+    infers it), 1 (low) to 10 (high DRAM traffic) are passed on."""
+    return latency if latency > 0 else None
+
+
 def step_sizes(dt, dt_bias, A, dts, cums, bi, hb, c, seqlen, Q: C_[int], HB: C_[int], HAS_BIAS: C_[bool],
                SOFTPLUS: C_[bool]):
     """Stage 1 for one chunk of HB heads: dt after bias and softplus (0 past the end of the
@@ -33,13 +39,13 @@ def chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q: C_[int], BP: C_[int]
     their running sum and its last value (the chunk's log-decay), and the chunk's x and B.
     LX, LB and LD are cuTile's load-latency hints (``latency=``, 1 low to 10 high DRAM traffic;
     0: none, the compiler infers it) for x, for B, and for the step sizes and their sum."""
-    d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q), latency=LD if LD > 0 else None).reshape((Q,))
-    cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q), latency=LD if LD > 0 else None).reshape((Q,))
+    d = ct.load(dts, (bi, hi, c, 0), shape=(1, 1, 1, Q), latency=hint(LD)).reshape((Q,))
+    cs = ct.load(cums, (bi, hi, c, 0), shape=(1, 1, 1, Q), latency=hint(LD)).reshape((Q,))
     last = ct.extract(cs, index=(Q - 1,), shape=(1,))
     xc = ct.load(x, (bi, c, hi, pt), shape=(1, Q, 1, BP), padding_mode=ZERO,
-                 latency=LX if LX > 0 else None).reshape((Q, BP))
+                 latency=hint(LX)).reshape((Q, BP))
     bc = ct.load(B, (bi, c, gi, nt), shape=(1, Q, 1, BN), padding_mode=ZERO,
-                 latency=LB if LB > 0 else None).reshape((Q, BN))
+                 latency=hint(LB)).reshape((Q, BN))
     return d, cs, last, xc, bc
 
 
@@ -65,7 +71,7 @@ def initial_state(init, bi, hi, pt, nt, BP: C_[int], BN: C_[int], HAS_INIT: C_[b
 def store_state(states, h, bi, c, hi, pt, nt, BP: C_[int], BN: C_[int], LS: C_[int]):
     """Store one (BP x BN) state tile (LS: the store's latency hint, 0 none)."""
     ct.store(states, (bi, c, hi, pt, nt), h.reshape((1, 1, 1, BP, BN)).astype(states.dtype),
-             latency=LS if LS > 0 else None)
+             latency=hint(LS))
 
 
 def cb_tile(C, B, cb, bi, c, gi, mt, kt, Q: C_[int], BM: C_[int], NS: C_[int]):

@@ -62,7 +62,7 @@ def read_ceiling(nbytes: int = 2 * GIB) -> float:
     return best
 
 
-def _version(pkg: str) -> str | None:
+def package_version(pkg: str) -> str | None:
     try:
         return md.version(pkg)
     except md.PackageNotFoundError:
@@ -83,10 +83,10 @@ def metadata(extra: dict | None = None) -> dict:
         "driver": smi.split(",")[1].strip() if smi.count(",") >= 1 else None,
         "cuda_runtime": torch.version.cuda,
         "torch": torch.__version__,
-        "nvidia-cutlass-dsl": _version("nvidia-cutlass-dsl"),
-        "quack-kernels": _version("quack-kernels"),
-        "liger-kernel": _version("liger-kernel"),
-        "triton": _version("triton"),
+        "nvidia-cutlass-dsl": package_version("nvidia-cutlass-dsl"),
+        "quack-kernels": package_version("quack-kernels"),
+        "liger-kernel": package_version("liger-kernel"),
+        "triton": package_version("triton"),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "commit": os.environ.get("GIT_COMMIT") or _git_commit(),
     }

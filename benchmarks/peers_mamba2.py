@@ -96,6 +96,6 @@ def tilegym_args(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bia
 
 def peer_versions() -> dict:
     """Versions of the peers and of what they run on, for the suite's metadata."""
-    from benchmarks.harness import _version
+    from benchmarks.harness import package_version
 
-    return {pkg: _version(pkg) for pkg in ("mamba_ssm", "tilegym", "cuda-tile", "triton", "einops")}
+    return {pkg: package_version(pkg) for pkg in ("mamba_ssm", "tilegym", "cuda-tile", "triton", "einops")}

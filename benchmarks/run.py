@@ -32,7 +32,8 @@ TOTAL = 1 << 28  # M * N
 REDUCTION_BYTES = 1 << 30
 
 
-def _m_for(n: int, total: int = TOTAL) -> int:
+def rows_for(n: int, total: int = TOTAL) -> int:
+    """M for rows of n elements and M * N = total (at least one row)."""
     return max(1, total // n)
 
 
@@ -147,7 +148,7 @@ def suite_reduction(args, ceil):
     rows = []
     for name, dt in DTYPES.items():
         for n in ns:
-            m = _m_for(n, REDUCTION_BYTES // (torch.finfo(dt).bits // 8))
+            m = rows_for(n, REDUCTION_BYTES // (torch.finfo(dt).bits // 8))
             x = torch.randn(m, n, device="cuda", dtype=dt)
             out = torch.empty(m, device="cuda")
             nbytes = bytes_moved("reduce", m, n, x.element_size())
@@ -176,7 +177,7 @@ def suite_op(op: str):
         rows = []
         for name, dt in DTYPES.items():
             for n in ns:
-                m = _m_for(n)
+                m = rows_for(n)
                 nbytes = bytes_moved(op, m, n, torch.finfo(dt).bits // 8)
                 for impl, make in peer_impls(op):
                     try:

@@ -26,6 +26,7 @@ from kernels.config import SM_SMEM_BYTES, SMEM_RESERVED_PER_BLOCK, RowConfig, ro
 
 from . import harness as H
 from .bytes import bytes_moved
+from .run import rows_for
 
 
 def try_config(rows, op, fn, bits, m, n, ceiling, cfg, picked, **extra):
@@ -125,7 +126,7 @@ def focus(out_dir):
         bits = torch.finfo(dt).bits
         for n, cands in ((262144, [(512, 512, 16), (256, 256, 16), (1024, 1024, 16)]),
                          (131072, [(512, 512, 16), (256, 256, 16), (512, 512, 8)])):
-            m = (1 << 28) // n
+            m = rows_for(n)
             x = torch.randn(m, n, device="cuda", dtype=dt)
             out = torch.empty_like(x)
             w = torch.randn(n, device="cuda", dtype=dt)
@@ -168,7 +169,7 @@ def smem(out_dir):
     for dt in (torch.bfloat16, torch.float32):
         bits = torch.finfo(dt).bits
         for n in SMEM_NS:
-            m = (1 << 28) // n
+            m = rows_for(n)
             x = torch.randn(m, n, device="cuda", dtype=dt)
             out = torch.empty_like(x)
             w = torch.randn(n, device="cuda", dtype=dt)
@@ -198,11 +199,11 @@ def short_candidates(n: int, bits: int):
             for tpr in (16, 32, 64, 128) for vecs in (1, 2, 4, 8) if tpr * vecs <= nvec for tpb in (128, 256)]
 
 
-def reduce_candidates(n: int, bits: int):
+def reduce_candidates(n: int, bits: int, short_max: int = 4096):
     """Streamed configurations of the row sum that cover a row of n elements with 128-bit
-    accesses: one block (short rows, ``short_candidates``) or up to 8 (long ones), 2-8
-    accesses a pass."""
-    if n <= 4096:
+    accesses: one block for rows up to ``short_max`` (``short_candidates``), up to 8 for longer
+    ones, 2-8 accesses a pass."""
+    if n <= short_max:
         return short_candidates(n, bits)
     nvec = n // (128 // bits)
     return [cfg_for(n, bits, tpr, tpr, cluster, keep=False, vecs=vecs)
@@ -220,7 +221,7 @@ def read_sweep(suite, out_dir, ns, dtypes, time_point):
     for dt in dtypes:
         bits = torch.finfo(dt).bits
         for n in ns:
-            m = (1 << 28) // n
+            m = rows_for(n)
             x = torch.randn(m, n, device="cuda", dtype=dt)
             time_point(rows, x, m, n, bits, ceil)
             del x
@@ -259,7 +260,7 @@ def prologue(out_dir, ns, dtypes, table_only=False):
     def point(rows, x, m, n, bits, ceil):
         t = torch.randint(0, n, (m,), device="cuda")
         picked = row_config(n, bits, keep_row=False)
-        others = [] if table_only else short_candidates(n, bits) if n <= 8192 else reduce_candidates(n, bits)
+        others = [] if table_only else reduce_candidates(n, bits, short_max=8192)
         cands = list(dict.fromkeys([picked] + others))
         for cfg in cands:
             for early in ((False, True) if cfg == picked else (False,)):
@@ -310,7 +311,7 @@ def main(argv=None):
             stream = op == "cross_entropy"
             for n in (STREAM_NS if stream else KEEP_NS):
                 cands = (stream_candidates if stream else keep_candidates)(n, bits)
-                m = (1 << 28) // n
+                m = rows_for(n)
                 x = torch.randn(m, n, device="cuda", dtype=dt)
                 out = torch.empty_like(x) if op != "cross_entropy" else None
                 w = torch.randn(n, device="cuda", dtype=dt)

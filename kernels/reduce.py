@@ -62,21 +62,23 @@ def _finite_or_zero(m):
     return Float32(cutlass.select_(m == -math.inf, Float32(0.0), m))
 
 
+def exp_minus(x, m):
+    """exp(x - m) as exp2, for a value or a tensor of them: (x - m) first, which is exact for x
+    near m, so the terms that matter keep full precision even for logits far from 0
+    (x * log2e - m * log2e would round each product: errors of |m| * 2^-24)."""
+    return cute.math.exp2((x - m) * LOG2_E, fastmath=True)
+
+
 def _online_combine(a, b):
     """Merge two (max, sum of exp(x - max)) pairs."""
     m = cute.arch.fmax(a[0], b[0])
     m_safe = _finite_or_zero(m)
-    sa = a[1] * cute.math.exp2((a[0] - m_safe) * LOG2_E, fastmath=True)
-    sb = b[1] * cute.math.exp2((b[0] - m_safe) * LOG2_E, fastmath=True)
-    return (m, sa + sb)
+    return (m, a[1] * exp_minus(a[0], m_safe) + b[1] * exp_minus(b[0], m_safe))
 
 
 def _online_fold(x):
     m = x.reduce(cute.ReductionOp.MAX, init_val=-math.inf, reduction_profile=0)
-    m_safe = _finite_or_zero(m)
-    # (x - m) first: exact for x near m, so the terms that matter keep full precision even for
-    # logits far from 0 (x * log2e - m * log2e rounds each product: errors of |m| * 2^-24)
-    e = cute.math.exp2((x - m_safe) * LOG2_E, fastmath=True)
+    e = exp_minus(x, _finite_or_zero(m))
     return (m, e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
 
 

@@ -16,7 +16,7 @@ from cutlass import Float32
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream
 from .config import RowConfig, row_config
-from .reduce import LOG2_E, LOGSUMEXP
+from .reduce import LOGSUMEXP, exp_minus
 from .rowkernel import RowKernel
 
 
@@ -26,7 +26,7 @@ class Softmax(RowKernel):
 
     def row_epilogue(self, x, result, w, scalar):
         row_max, denom = result
-        e = cute.math.exp2((x - row_max) * LOG2_E, fastmath=True)  # subtract first, as the fold does
+        e = exp_minus(x, row_max)  # subtract first, as the fold does
         return e * cute.arch.rcp_approx(denom)
 
 

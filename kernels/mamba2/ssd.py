@@ -136,8 +136,7 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
 #: (1, 65536, 64), tile (64, 32): (6, 4, 4, 2) 1410.9 -> 1281.2-1283.5 us at chunk 64 (its state
 #: kernel 761 -> 637 us) and 1378.8 -> 1389.6 at chunk 128 against no hint. The landscape is
 #: rugged (neighbouring hints cost up to 1850 us), so these are measured points, not a trend.
-#: (64, 16) keeps (2, 2, 0, 0) until the suite re-measures (4, 16384, 8) with (2, 4, 4, 2).
-STATE_LATENCY = {(16, 16): (2, 2, 0, 0), (16, 32): (6, 4, 4, 2)}
+STATE_LATENCY = {(16, 16): (2, 4, 4, 2), (16, 32): (6, 4, 4, 2)}
 
 
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark

@@ -1,0 +1,96 @@
+"""Compile every configuration TileGym's Mamba-2 tuner will try on one suite shape and chunk, in
+parallel, into cuTile's disk cache (~/.cache/cutile-python), so that the suite's tuning on the
+same inputs then only times them.
+
+Why: on (1, 65536, 64) at chunk 256 TileGym's tuner compiles 15 + 36 + 64 configurations one
+after the other, 6-7 s each for its output kernel (timed GPU-free with export_kernel), and twice
+ran past a call's time limit (commits 45a2884 and 7b8dff1) before it finished. Each worker
+process builds the suite's inputs, forces one configuration of one kernel (the others at their
+first), and runs TileGym's forward once with its tuner off: the launch compiles and stores the
+cubin, keyed by the kernel's bytecode and hints, which is what the tuner's launch compiles too.
+Nothing here is timed.
+
+    python benchmarks/runs/tilegym_precompile.py SHAPE_INDEX CHUNK [WORKERS]
+"""
+import multiprocessing as mp
+import os
+import sys
+import time
+
+sys.path.insert(0, os.getcwd())
+
+_STATE = {}
+
+
+def _init(shape_index: int, chunk: int) -> None:
+    os.environ["TILEGYM_DISABLE_AUTOTUNE"] = "1"
+    import torch
+    from benchmarks import mamba2 as M
+    from benchmarks import peers_mamba2 as peers
+
+    b, L, h, p, n, g = M.SHAPES[shape_index]
+    args, kw = M.make_inputs(b, L, h, p, n, g, torch.bfloat16, seed=shape_index)
+    targs, tkw = M.as_tilegym_features(args, kw)
+    _STATE.update(f=peers.tilegym_forward(), args=peers.tilegym_args(*targs, chunk, **tkw),
+                  tg=sys.modules["tilegym.ops.cutile.mamba2"])
+
+
+def generators(tg, chunk: int) -> dict:
+    """Each tuned kernel's configuration generator, by the name of its module attribute."""
+    out = "_compute_out_swap_configs" if chunk == 64 else "_compute_out_configs"
+    return {"_chunk_cumsum_autotune_configs": getattr(tg, "_chunk_cumsum_autotune_configs"),
+            "_fwd_pass_state_autotune_configs": getattr(tg, "_fwd_pass_state_autotune_configs"),
+            out: getattr(tg, out)}
+
+
+def jobs(tg, chunk: int, h: int, p: int, n: int) -> list[tuple[str, int]]:
+    kwargs = {"_chunk_cumsum_autotune_configs": dict(num_heads=h),
+              "_fwd_pass_state_autotune_configs": dict(state_size=n, head_size=p, chunk_size=chunk)}
+    found = []
+    for name, gen in generators(tg, chunk).items():
+        count = len(list(gen(**kwargs.get(name, dict(head_size=p, state_size=n)))))
+        found += [(name, i) for i in range(count)]
+    return sorted(found, key=lambda j: "compute_out" not in j[0])  # the slowest compiles first
+
+
+def _compile(job):
+    import torch
+    name, i = job
+    tg = _STATE["tg"]
+    gen = getattr(tg, name)
+    t0 = time.perf_counter()
+    try:
+        setattr(tg, name, lambda *a, _g=gen, _i=i, **k: iter([list(_g(*a, **k))[_i]]))
+        for cache in ("_chunk_cumsum_tune_cache", "_fwd_pass_state_tune_cache", "_compute_out_tune_cache"):
+            getattr(tg, cache).clear()
+        _STATE["f"](*_STATE["args"])
+        torch.cuda.synchronize()
+        err = ""
+    except Exception as e:  # noqa: BLE001  (reported, the others go on)
+        err = f"{type(e).__name__}: {str(e)[:160]}"
+    finally:
+        setattr(tg, name, gen)
+    return name, i, round(time.perf_counter() - t0, 1), err
+
+
+def main():
+    shape_index, chunk = int(sys.argv[1]), int(sys.argv[2])
+    workers = int(sys.argv[3]) if len(sys.argv) > 3 else 14
+    from benchmarks import mamba2 as M
+    from benchmarks import peers_mamba2 as peers
+    peers.tilegym_forward()
+    tg = sys.modules["tilegym.ops.cutile.mamba2"]
+    b, L, h, p, n, g = M.SHAPES[shape_index]
+    todo = jobs(tg, chunk, h, p, n)
+    print(f"{len(todo)} configurations of shape {M.SHAPES[shape_index]} at chunk {chunk}, {workers} workers",
+          flush=True)
+    t0 = time.time()
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(workers, initializer=_init, initargs=(shape_index, chunk)) as pool:
+        for name, i, s, err in pool.imap_unordered(_compile, todo):
+            print(f"{name}[{i}] {s} s {err}", flush=True)
+    print(f"done in {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -5,7 +5,9 @@
 #   bash benchmarks/h200.sh notebooks [NB ...]   execute chapters in place (all by default), then nbval them
 #   bash benchmarks/h200.sh mamba2 [ARGS]  the Mamba-2 SSD suite (benchmarks/mamba2.py; e.g. --quick, --shapes 0,1);
 #       it writes after every row. TileGym tunes 2-4 minutes a chunk: (1, 65536, 64) tuned at every chunk
-#       ran past 560 s (45a2884), so split such a run with --chunks and --append
+#       ran past 560 s (45a2884), so split such a run with --chunks and --append, and compile TileGym's
+#       configurations first in parallel: python3 benchmarks/runs/tilegym_precompile.py SHAPE CHUNK
+#       (115 configurations in 96 s; the suite's tuning then took 47 s at chunk 256, 64a13fe)
 #   bash benchmarks/h200.sh run SCRIPT      a script of benchmarks/runs (e.g. M2LAT=2 ... benchmarks/runs/mamba2_run_f.py)
 # Logs and results are packed into $OUT/<stage>.tgz (one file: the device tool returns at most
 # 8 files from $OUT; never copy results there one by one). Each chapter takes 20-25 s to

@@ -340,7 +340,8 @@ def main(argv=None):
     print(f"copy ceiling: {ceiling:.2f} TB/s; {cutile}", flush=True)
     meta = H.metadata({"suite": "mamba2", "shapes": [SHAPES[i] for i in shape_ids],
                        "impls": impls, **peers.peer_versions(), "cutile": cutile,
-                       "chunks": chunks, "tilegym_autotuned_at": "everywhere" if tuned is None else sorted(tuned),
+                       "chunks": chunks, "tilegym_autotuned_at": [] if "tilegym" not in impls else
+                       "everywhere" if tuned is None else sorted(tuned),
                        "copy_ceiling_tb_per_s": ceiling, "segments": a.segments})
     rows, path = [], None
 

@@ -2,7 +2,10 @@
 chunk 64, or is the suite's 1281.6 against 1295.2 us (45a2884) within their run-to-run spread
 (TileGym took 1269.9 us in an earlier run)? Both on TileGym's feature set, TileGym tuned once,
 then ROUNDS rounds that time ours and TileGym one after the other (the order alternating), each
-a median of REPS calls. One line a result; M2OUT names a folder for results_l.csv.
+a median of REPS calls. Then (VARIANTS=1, the default) the three-kernel pass with (64, 64) state
+tiles, which read x twice a chunk instead of four times, under the hints that won for (64, 32)
+(run J) and their neighbours, at occupancy 1 and 2; run F timed them without hints only. One
+line a result; M2OUT names a folder for results_l.csv.
 
 Compile TileGym's configurations first, or its tuning alone takes minutes:
 
@@ -15,6 +18,7 @@ import torch
 sys.path.insert(0, ".")
 from benchmarks import harness as H
 from benchmarks.mamba2 import SHAPES, as_tilegym_features, kernel_times, make_call, make_inputs, measure, reference
+from benchmarks.runs.variants import state_variant
 
 OUT = os.environ.get("M2OUT", "/tmp")
 SHAPE_INDEX, CHUNK, ROUNDS, REPS = 3, 64, int(os.environ.get("ROUNDS", "6")), 26
@@ -47,6 +51,14 @@ med = {impl: statistics.median(row["us"] for row in rows if row["impl"] == impl 
        for impl in ("ours", "tilegym")}
 say(f"medians over {ROUNDS} rounds: ours {med['ours']:.1f} us, TileGym {med['tilegym']:.1f} us, "
     f"TileGym / ours {med['tilegym'] / med['ours']:.3f}")
+if os.environ.get("VARIANTS", "1") == "1":
+    for occupancy in (2, 1):
+        for hints in ((6, 4, 4, 2), (4, 4, 4, 2), (6, 2, 2, 2), (2, 4, 4, 2)):
+            with state_variant((64, 64), occupancy, hints):
+                row = measure("ours_fused", args, kw, CHUNK, ref, REPS)
+            rows.append(dict(round=f"variant (64, 64) occupancy {occupancy} hints {hints}", impl="ours_fused", **row))
+            say(rows[-1]["round"], *(f"{k}={v}" for k, v in row.items()))
+            torch.cuda.empty_cache()
 fields = ["round", "impl", "us", "reps", "first_call_s", "rel_err", "rel_err_state", "kernels"]
 with open(os.path.join(OUT, "results_l.csv"), "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")

@@ -63,8 +63,10 @@ class ReadProbe:
 
 
 def compile_read_probe(dtype: torch.dtype = torch.float32):
+    """The probe for rows of PROBE_WIDTH elements of ``dtype``: a block's pass covers one row
+    exactly (fp32: 4 128-bit loads a thread; 16-bit: 2)."""
     vec = 128 // torch.finfo(dtype).bits
-    cfg = RowConfig(THREADS, THREADS, 1, vec, 4, 1)
+    cfg = RowConfig(THREADS, THREADS, 1, vec, PROBE_WIDTH // (THREADS * vec), 1)
     ct = TORCH_TO_CUTE[dtype]
     return compile_once(("read_probe", str(dtype)), lambda: (ReadProbe(cfg), (
         fake_rows(ct, PROBE_WIDTH, vec), fake_vector(Float32, 1), Float32(0.0), fake_stream())))

@@ -14,6 +14,16 @@ def test_probes_compile_to_the_right_memory_operations():
     assert "ld.shared.b32" in _count(compile_chase(True, 1024).ptx)["shared loads"]
 
 
+def test_read_probe_covers_its_rows_in_every_width():
+    """One block's pass is one PROBE_WIDTH row whatever the element width (a 16-bit probe with
+    fp32's 4 loads a thread covered 8192 columns: a grid of 0 blocks along the row)."""
+    from kernels.hierarchy import PROBE_WIDTH
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        c = compile_read_probe(dtype)
+        ptx_loads = _count(c.ptx)["global loads"]
+        assert sum(ptx_loads.values()) == PROBE_WIDTH // (256 * 128 // torch.finfo(dtype).bits), (dtype, ptx_loads)
+
+
 def test_chain_is_one_cycle():
     nxt = make_chain(4096, 32, device="cpu")
     seen, i = set(), 0
@@ -36,8 +46,9 @@ def test_chase_follows_the_chain():
 
 @requires_gpu
 def test_read_probe_reads_without_writing():
-    x = torch.randn(4096 * 64, device="cuda")
-    out = torch.full((1,), 7.0, device="cuda")
-    read_probe(x, out)
-    torch.cuda.synchronize()
-    assert out.item() == 7.0
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(4096 * 64, device="cuda", dtype=dtype)
+        out = torch.full((1,), 7.0, device="cuda")
+        read_probe(x, out)
+        torch.cuda.synchronize()
+        assert out.item() == 7.0

@@ -86,10 +86,13 @@ for op, ns in POINTS.items():
             for order in range(2):
                 for impl in (list(calls) if order == 0 else list(calls)[::-1]):
                     fn, nbytes = calls[impl]
-                    fn()
-                    rows.append(H.row(op, impl, "bf16", m, n, nbytes, H.time_ms(fn, warmup=3, rep=20), ceiling,
-                                      variant=f"buffer {buf}, order {order}", pad_mib=buf * PAD_MIB,
-                                      address=hex(x.data_ptr())))
+                    where = dict(variant=f"buffer {buf}, order {order}", pad_mib=buf * PAD_MIB, address=hex(x.data_ptr()))
+                    try:
+                        fn()
+                        rows.append(H.row(op, impl, "bf16", m, n, nbytes, H.time_ms(fn, warmup=3, rep=20), ceiling, **where))
+                    except Exception as e:  # noqa: BLE001  (a failing implementation is a result; the others go on)
+                        rows.append(H.row(op, impl, "bf16", m, n, nbytes, float("nan"), ceiling, **where,
+                                          note=f"{type(e).__name__}: {str(e)[:80]}"))
                     print(rows[-1], flush=True)
             del x, pad, calls
             torch.cuda.empty_cache()

@@ -35,22 +35,14 @@ def _init(shape_index: int, chunk: int) -> None:
                   tg=sys.modules["tilegym.ops.cutile.mamba2"])
 
 
-def generators(tg, chunk: int) -> dict:
-    """Each tuned kernel's configuration generator, by the name of its module attribute."""
-    out = "_compute_out_swap_configs" if chunk == 64 else "_compute_out_configs"
-    return {"_chunk_cumsum_autotune_configs": getattr(tg, "_chunk_cumsum_autotune_configs"),
-            "_fwd_pass_state_autotune_configs": getattr(tg, "_fwd_pass_state_autotune_configs"),
-            out: getattr(tg, out)}
-
-
 def jobs(tg, chunk: int, h: int, p: int, n: int) -> list[tuple[str, int]]:
-    kwargs = {"_chunk_cumsum_autotune_configs": dict(num_heads=h),
-              "_fwd_pass_state_autotune_configs": dict(state_size=n, head_size=p, chunk_size=chunk)}
-    found = []
-    for name, gen in generators(tg, chunk).items():
-        count = len(list(gen(**kwargs.get(name, dict(head_size=p, state_size=n)))))
-        found += [(name, i) for i in range(count)]
-    return sorted(found, key=lambda j: "compute_out" not in j[0])  # the slowest compiles first
+    """(generator attribute, configuration index) of every configuration TileGym's three tuned
+    kernels try for these sizes, the output kernel's (the slowest compiles) first."""
+    out = "_compute_out_swap_configs" if chunk == 64 else "_compute_out_configs"
+    sizes = {out: dict(head_size=p, state_size=n),
+             "_chunk_cumsum_autotune_configs": dict(num_heads=h),
+             "_fwd_pass_state_autotune_configs": dict(state_size=n, head_size=p, chunk_size=chunk)}
+    return [(name, i) for name, kw in sizes.items() for i in range(len(list(getattr(tg, name)(**kw))))]
 
 
 def _compile(job):

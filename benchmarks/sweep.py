@@ -134,7 +134,7 @@ def focus(out_dir):
                 cfg = cfg_for(n, bits, *c, keep=True)
                 for op, fn in (("rmsnorm", lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)),
                                ("softmax", lambda: softmax_out(x, out, config=cfg))):
-                    try_config(rows, op, fn, bits, m, n, ceil["copy"], cfg, row_config(n, bits, keep_row=True))
+                    try_config(rows, op, fn, bits, m, n, ceil["copy"], cfg, row_config(n, bits, keep_row=True, op=op))
             del x, out, w
     # host cost of one launch: wall time of many back-to-back calls on a tiny input
     x = torch.randn(4, 1024, device="cuda")
@@ -157,26 +157,26 @@ def focus(out_dir):
     H.write_suite("focus", rows, H.metadata({"ceilings": ceil, "host_us_per_call": us}), out_dir)
 
 
-def smem(out_dir):
+def smem(out_dir, ns=None, dtypes=None, ops=None):
     """The row kept in registers against the row staged in shared memory, for RMSNorm and
-    softmax at the longest rows: the table's pick (*), the register design at the
+    softmax at the longest rows (or ``ns``): the table's pick (*), the register design at the
     table's shape, and each staged shape of ``smem_candidates``."""
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings", ceil, flush=True)
     rows = []
-    for dt in (torch.bfloat16, torch.float32):
+    for dt in dtypes or (torch.bfloat16, torch.float32):
         bits = torch.finfo(dt).bits
-        for n in SMEM_NS:
+        for n in ns or SMEM_NS:
             m = rows_for(n)
             x = torch.randn(m, n, device="cuda", dtype=dt)
             out = torch.empty_like(x)
             w = torch.randn(n, device="cuda", dtype=dt)
-            picked = row_config(n, bits, keep_row=True)
-            cfgs = [picked, row_config(n, bits, keep_row=True, stage="reg")]
-            cfgs += [cfg_for(n, bits, *c, keep=True, stage="smem") for c in smem_candidates(n, bits)]
-            for op in ("rmsnorm", "softmax"):
+            staged = [cfg_for(n, bits, *c, keep=True, stage="smem") for c in smem_candidates(n, bits)]
+            for op in ops or ("rmsnorm", "softmax"):
+                picked = row_config(n, bits, keep_row=True, op=op)
+                cfgs = [picked, row_config(n, bits, keep_row=True, stage="reg", op=op)] + staged
                 for cfg in dict.fromkeys(cfgs):  # in order, without repeats
                     if op == "rmsnorm":
                         fn = lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg)
@@ -285,31 +285,33 @@ def main(argv=None):
     p.add_argument("--reduce", action="store_true", help="streamed configurations of the row sum")
     p.add_argument("--prologue", action="store_true",
                    help="cross-entropy's target loads after the reduction against during the row's loads")
-    p.add_argument("--n", type=int, nargs="*", default=None, help="--reduce, --prologue: row lengths")
-    p.add_argument("--dtype", nargs="*", default=["bf16"], choices=["bf16", "fp32"],
-                   help="--reduce, --prologue: dtypes")
+    p.add_argument("--n", type=int, nargs="*", default=None, help="row lengths (default: each mode's own)")
+    p.add_argument("--dtype", nargs="*", default=None, choices=["bf16", "fp32"],
+                   help="dtypes (default: bf16 for --reduce and --prologue, both otherwise)")
+    p.add_argument("--op", nargs="*", default=None, choices=["rmsnorm", "softmax", "cross_entropy"],
+                   help="the full sweep and --smem: only these ops")
     p.add_argument("--table-only", action="store_true", help="--prologue: only the table's configuration")
     a = p.parse_args(argv)
     if a.focus:
         return focus(a.out)
+    dtypes = [{"bf16": torch.bfloat16, "fp32": torch.float32}[d] for d in a.dtype or ()]
     if a.smem:
-        return smem(a.out)
-    dtypes = [{"bf16": torch.bfloat16, "fp32": torch.float32}[d] for d in a.dtype]
+        return smem(a.out, a.n, dtypes, a.op)
     if a.reduce:
-        return reduce_sum(a.out, a.n or REDUCE_NS, dtypes)
+        return reduce_sum(a.out, a.n or REDUCE_NS, dtypes or [torch.bfloat16])
     if a.prologue:
-        return prologue(a.out, a.n or PROLOGUE_NS, dtypes, a.table_only)
+        return prologue(a.out, a.n or PROLOGUE_NS, dtypes or [torch.bfloat16], a.table_only)
     from kernels.cross_entropy import cross_entropy
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings", ceil, flush=True)
     rows = []
-    for dt in (torch.bfloat16, torch.float32):
+    for dt in dtypes or (torch.bfloat16, torch.float32):
         bits = torch.finfo(dt).bits
-        for op in ("rmsnorm", "softmax", "cross_entropy"):
+        for op in a.op or ("rmsnorm", "softmax", "cross_entropy"):
             stream = op == "cross_entropy"
-            for n in (STREAM_NS if stream else KEEP_NS):
+            for n in a.n or (STREAM_NS if stream else KEEP_NS):
                 cands = (stream_candidates if stream else keep_candidates)(n, bits)
                 m = rows_for(n)
                 x = torch.randn(m, n, device="cuda", dtype=dt)
@@ -317,7 +319,7 @@ def main(argv=None):
                 w = torch.randn(n, device="cuda", dtype=dt)
                 t = torch.randint(0, n, (m,), device="cuda")
                 ceiling = ceil["read" if op == "cross_entropy" else "copy"]
-                picked = row_config(n, bits, keep_row=op != "cross_entropy")
+                picked = row_config(n, bits, keep_row=op != "cross_entropy", op=op)
                 vecs_opts = [2, 4, 8] if op == "cross_entropy" else [None]
                 for c in cands:
                     for vecs in vecs_opts:

@@ -78,6 +78,16 @@ KEEP_ROW_TABLE = {
     ),
 }
 
+# Softmax (op "softmax") folds two values a row (max and sum) across the cluster where
+# RMSNorm folds one, and at 32k 16-bit elements it wanted a smaller block over more of them
+# (`python -m benchmarks.sweep --op softmax rmsnorm --n 32768`, book/data/sweep_keep_mid.csv:
+# 64 threads a row, two rows a block, a cluster of 8 at 97.1% of the copy ceiling against
+# 92.4% for the shared shape, which gave RMSNorm 97.1% and this one RMSNorm 84.8%).
+SOFTMAX_KEEP = {
+    16: tuple((32768, 64, 128, 8) if row[0] == 32768 else row for row in KEEP_ROW_TABLE[16]),
+    32: KEEP_ROW_TABLE[32],
+}
+
 # Streaming kernels (a reduction that needs the row only once) fold the row in passes
 # of a few 128-bit accesses per thread, so a long row needs no cluster to fit in
 # registers; the cluster only splits rows when that keeps more blocks busy.
@@ -87,15 +97,18 @@ KEEP_ROW_TABLE = {
 # block waits out the target's round trips after its own loads, so the rows in flight an SM
 # holds matter more than for the plain row sum; 16 threads a row (8 rows a block) took bf16
 # at 1k from 66.0% to 92.8% of the read ceiling, 32 threads with 8 accesses at 4k from 90.5
-# to 93.4%, 4 accesses at 8k from 92.8 to 94.3%.
+# to 93.4%, 4 accesses at 8k from 92.8 to 94.3%. Its longer 16-bit rows take no cluster
+# (book/data/sweep_prologue_long.csv, the same sweep over the row sum's streamed shapes):
+# 4 accesses a pass over 128 threads at 32k (92.7% against 85.8% for the 4-block cluster it
+# had) and over 256 threads from 64k up (92.3% / 92.6% against 91.6% / 89.2% at 64k / 128k
+# for clusters of 4 and 8).
 STREAM_TABLE = {
     16: (
         (1024, 16, 128, 1, 4),
         (4096, 32, 128, 1, 8),
         (8192, 128, 128, 1, 4),
         (16384, 128, 128, 1, 8),
-        (65536, 128, 128, 4, 8),
-        (131072, 128, 128, 8, 8),
+        (32768, 128, 128, 1, 4),
         (262144, 256, 256, 1, 4),
     ),
     32: (
@@ -107,18 +120,32 @@ STREAM_TABLE = {
         (262144, 256, 256, 4, 8),
     ),
 }
-# The plain row reduction (reduce_rows) has no per-row epilogue that reads the row
-# again (cross-entropy reads the target logit), and where it measured best with another
-# shape its rows replace STREAM_TABLE's rows of the same bound
-# (`python -m benchmarks.sweep --reduce`, book/data/sweep_reduce.csv: bf16 at 256k 96.8% of
-# the read ceiling against 91.1%; the same shape cost cross-entropy 52% against 91%; at 1k
+# An op whose own sweep found other shapes has its own complete table (same layout),
+# picked by ``row_config(..., op=...)``:
+#
+# The plain row reduction (op "row_sum") has no per-row epilogue that reads the row again
+# (cross-entropy reads the target logit). At 16 bits it keeps the shapes it measured best
+# with (`python -m benchmarks.sweep --reduce`, book/data/sweep_reduce.csv: bf16 at 256k 96.8%
+# of the read ceiling against 91.1%; the same shape cost cross-entropy 52% against 91%; at 1k
 # its own shape measured 95.57%, 0.05 points below the best, the same 64 threads a row in
-# 256-thread blocks, and 16 threads a row 95.1% at best).
-# Its rows up to 8k are the shapes it had before cross-entropy's were swept.
+# 256-thread blocks, and 16 threads a row 95.1% at best), and from 16k to 128k the shapes it
+# shared with cross-entropy until cross-entropy's were swept over these (chapter 6 measures it
+# with them). At 32 bits it shares cross-entropy's.
 ROW_SUM_STREAM = {
-    16: ((1024, 64, 128, 1, 2), (4096, 128, 128, 1, 4), (8192, 128, 128, 1, 8), (262144, 512, 512, 4, 4)),
-    32: (),
+    16: (
+        (1024, 64, 128, 1, 2),
+        (4096, 128, 128, 1, 4),
+        (8192, 128, 128, 1, 8),
+        (16384, 128, 128, 1, 8),
+        (65536, 128, 128, 4, 8),
+        (131072, 128, 128, 8, 8),
+        (262144, 512, 512, 4, 4),
+    ),
+    32: STREAM_TABLE[32],
 }
+#: The ops with tables of their own.
+KEEP_TABLES = {"softmax": SOFTMAX_KEEP}
+STREAM_TABLES = {"row_sum": ROW_SUM_STREAM}
 #: A row kept in registers may not give a thread more elements than this (255 registers
 #: in all). A row staged in shared memory is bounded by MAX_SMEM_BYTES instead.
 MAX_KEPT_ELEMS = 256
@@ -251,7 +278,7 @@ def row_config(
     vec: int | None = None,
     max_tier: str = "cluster",
     stage: str | None = None,
-    row_sum: bool = False,
+    op: str | None = None,
 ) -> RowConfig:
     """Pick the configuration for a row of ``n`` elements of ``elem_bits`` bits.
 
@@ -263,8 +290,8 @@ def row_config(
     stage:    where a kept row waits for its epilogue, "reg" or "smem"; None takes the
               table's choice. A kept row reduction has no epilogue that reads the row
               and asks for "reg".
-    row_sum:  a streamed plain row reduction, which takes ROW_SUM_STREAM's rows where
-              they differ from STREAM_TABLE's.
+    op:       an op with a table of its own ("softmax" kept, "row_sum" streamed) takes
+              it; any other op (None, "rmsnorm", "cross_entropy") the shared table.
     """
     if not 1 <= n <= MAX_N:
         raise ValueError(f"N must be in [1, {MAX_N}], got {n}")
@@ -275,14 +302,11 @@ def row_config(
     if stage is not None and stage not in STAGES:
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     if keep_row:
-        _, tpr, tpb, cluster, *table_stage = _lookup(KEEP_ROW_TABLE, elem_bits, n)
+        _, tpr, tpb, cluster, *table_stage = _lookup(KEEP_TABLES.get(op, KEEP_ROW_TABLE), elem_bits, n)
         stage = stage or (table_stage[0] if table_stage else "reg")
         stream_vecs = None
     else:
-        entry = _lookup(STREAM_TABLE, elem_bits, n)
-        if row_sum:  # the row sum's own row of the same bound, if it has one
-            entry = next((e for e in ROW_SUM_STREAM[16 if elem_bits <= 16 else 32] if e[0] == entry[0]), entry)
-        _, tpr, tpb, cluster, stream_vecs = entry
+        _, tpr, tpb, cluster, stream_vecs = _lookup(STREAM_TABLES.get(op, STREAM_TABLE), elem_bits, n)
         stream_vecs = max(1, stream_vecs * (128 // elem_bits) // vec)  # same bytes when vec is narrower
     cap = TIERS.index(max_tier)
     if cap < 3 and cluster > 1:  # no cluster: one block takes the whole row

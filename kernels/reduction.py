@@ -40,7 +40,7 @@ def reduce_config(n: int, dtype: torch.dtype, *, max_tier: str = "cluster", stre
     # A kept reduction holds its row in registers: it never reads the row again, so
     # staging it in shared memory would buy nothing (and chapters 5-6 show its registers).
     return row_config(n, torch.finfo(dtype).bits, keep_row=not stream, vec=vec, max_tier=max_tier,
-                      stage=None if stream else "reg", row_sum=stream)
+                      stage=None if stream else "reg", op="row_sum" if stream else None)
 
 
 def compile_reduce(dtype: torch.dtype, n: int, op: str = "sum", *, max_tier: str = "cluster",

@@ -31,7 +31,7 @@ class Softmax(RowKernel):
 
 
 def compile_softmax(dtype: torch.dtype, n: int, *, config: RowConfig | None = None, vec: int | None = None):
-    cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=True, vec=vec)
+    cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=True, vec=vec, op="softmax")
     ct = TORCH_TO_CUTE[dtype]
     key = ("softmax", str(dtype), n, cfg)
     return compile_once(key, lambda: (Softmax(ct, n, cfg), (

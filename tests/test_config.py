@@ -101,17 +101,23 @@ def test_stage_is_validated_and_shown_only_when_not_the_default():
     assert "stage='smem'" in repr(RowConfig(256, 256, 1, 4, 4, stage="smem"))
 
 
-def test_row_sum_takes_its_own_streamed_rows():
-    """The plain row sum and cross-entropy share STREAM_TABLE except where ROW_SUM_STREAM
-    says otherwise (bf16 rows of 256k: cross-entropy's shape cost the sum 5 points, the
-    sum's shape cost cross-entropy 40; bf16 rows up to 8k, swept for cross-entropy)."""
-    from kernels.config import ROW_SUM_STREAM, STREAM_TABLE
-    for bits, rows in ROW_SUM_STREAM.items():
-        for bound, *shape in rows:
-            cfg = reduce_config(bound, torch.bfloat16 if bits == 16 else torch.float32)
-            assert (cfg.threads_per_row, cfg.threads_per_block, cfg.cluster_n) == tuple(shape[:3])
-            ce = row_config(bound, bits, keep_row=False)
-            table = next(e for e in STREAM_TABLE[bits] if e[0] == bound)
-            assert (ce.threads_per_row, ce.threads_per_block, ce.cluster_n) == table[1:4]
-    for n in (16384, 65536):
-        assert reduce_config(n, torch.bfloat16) == row_config(n, 16, keep_row=False)
+def test_ops_with_their_own_tables():
+    """The plain row sum and softmax take their own tables, every other op the shared ones
+    (bf16 rows of 256k: cross-entropy's shape cost the sum 5 points, the sum's shape cost
+    cross-entropy 40; softmax at 32k bf16: RMSNorm's shape 92.4%, its own 97.1%)."""
+    from kernels.config import KEEP_ROW_TABLE, ROW_SUM_STREAM, SOFTMAX_KEEP, STREAM_TABLE
+    for bits, dtype in ((16, torch.bfloat16), (32, torch.float32)):
+        for table, others, keep, op in ((ROW_SUM_STREAM, STREAM_TABLE, False, "row_sum"),
+                                        (SOFTMAX_KEEP, KEEP_ROW_TABLE, True, "softmax")):
+            for bound, *shape in table[bits]:
+                cfg = row_config(bound, bits, keep_row=keep, op=op)
+                assert (cfg.threads_per_row, cfg.threads_per_block, cfg.cluster_n) == tuple(shape[:3])
+                shared = next(e for e in others[bits] if bound <= e[0])
+                cfg = row_config(bound, bits, keep_row=keep, op="rmsnorm" if keep else "cross_entropy")
+                assert (cfg.threads_per_row, cfg.threads_per_block, cfg.cluster_n) == shared[1:4]
+        for n in (1024, 65536, 262144):
+            assert reduce_config(n, dtype) == row_config(n, bits, keep_row=False, op="row_sum")
+    # where they differ, on the same N
+    assert row_config(262144, 16, keep_row=False, op="row_sum") != row_config(262144, 16, keep_row=False)
+    assert row_config(32768, 16, keep_row=True, op="softmax") != row_config(32768, 16, keep_row=True)
+    assert row_config(32768, 32, keep_row=True, op="softmax") == row_config(32768, 32, keep_row=True)

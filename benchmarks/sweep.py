@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import replace
 
 import torch
 
@@ -246,7 +247,7 @@ def reduce_sum(out_dir, ns, dtypes):
 PROLOGUE_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 
 
-def prologue(out_dir, ns, dtypes, table_only=False):
+def prologue(out_dir, ns, dtypes, table_only=False, ahead=False):
     """Cross-entropy with its target and target logit loaded after the reduction (the
     default) or while the row's loads are in flight (``early_target``), under the table's
     configuration; and (not with ``table_only``) with the target late under other shapes: for
@@ -262,6 +263,8 @@ def prologue(out_dir, ns, dtypes, table_only=False):
         picked = row_config(n, bits, keep_row=False)
         others = [] if table_only else reduce_candidates(n, bits, short_max=8192)
         cands = list(dict.fromkeys([picked] + others))
+        if ahead:  # each streamed candidate also with its next pass loaded before the fold
+            cands += [replace(c, ahead=1 - c.ahead) for c in cands if c.passes > 1]
         for cfg in cands:
             for early in ((False, True) if cfg == picked else (False,)):
                 try_config(rows, "cross_entropy", lambda: cross_entropy(x, t, reduction="none", check_target=False,
@@ -291,6 +294,8 @@ def main(argv=None):
     p.add_argument("--op", nargs="*", default=None, choices=["rmsnorm", "softmax", "cross_entropy"],
                    help="the full sweep and --smem: only these ops")
     p.add_argument("--table-only", action="store_true", help="--prologue: only the table's configuration")
+    p.add_argument("--ahead", action="store_true",
+                   help="--prologue: every candidate of more than one pass also with RowConfig.ahead flipped")
     a = p.parse_args(argv)
     if a.focus:
         return focus(a.out)
@@ -300,7 +305,7 @@ def main(argv=None):
     if a.reduce:
         return reduce_sum(a.out, a.n or REDUCE_NS, dtypes or [torch.bfloat16])
     if a.prologue:
-        return prologue(a.out, a.n or PROLOGUE_NS, dtypes or [torch.bfloat16], a.table_only)
+        return prologue(a.out, a.n or PROLOGUE_NS, dtypes or [torch.bfloat16], a.table_only, a.ahead)
     from kernels.cross_entropy import cross_entropy
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out

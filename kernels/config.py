@@ -165,6 +165,9 @@ class RowConfig:
     stage:            where a kept row waits for the epilogue: "reg" (registers, as
                       fp32) or "smem" (a shared-memory tile of the block's rows, in
                       the input dtype); only ops that write rows may stage in smem
+    ahead:            a streamed row (passes > 1) loads pass p + 1 before it folds
+                      pass p (1), or after (0): a second register buffer of
+                      vecs_per_thread accesses, so that the fold hides behind loads
     """
 
     threads_per_row: int
@@ -174,11 +177,12 @@ class RowConfig:
     vecs_per_thread: int
     passes: int = 1
     stage: str = "reg"
+    ahead: int = 0
 
     def __repr__(self) -> str:
-        # The stage is shown only when it is not the default, so that a register
-        # configuration reads as it always has.
-        names = [f.name for f in fields(self) if f.name != "stage" or self.stage != "reg"]
+        # The stage and ahead are shown only when they are not the default, so that a
+        # configuration without them reads as it always has.
+        names = [f.name for f in fields(self) if getattr(self, f.name) != f.default or f.name not in ("stage", "ahead")]
         return f"RowConfig({', '.join(f'{k}={getattr(self, k)!r}' for k in names)})"
 
     @property
@@ -243,6 +247,8 @@ class RowConfig:
             raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
         if self.stage == "smem" and self.passes != 1:
             raise ValueError("stage='smem' keeps the whole row: passes must be 1")
+        if self.ahead not in (0, 1):
+            raise ValueError(f"ahead must be 0 or 1, got {self.ahead!r}")
         if elem_bits is not None and self.smem_bytes(elem_bits) > MAX_SMEM_BYTES:
             raise ValueError(
                 f"{self} needs {self.smem_bytes(elem_bits)} bytes of shared memory per block for "

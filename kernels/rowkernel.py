@@ -159,6 +159,38 @@ class RowKernel:
         cute.copy(load, tXsX[None, None, k], tXrX, pred=None if tXpX is None else tXpX[None, None, k])
         return tXrX
 
+    def fold_buffer(self, buf):
+        return self.op.fold(self.transform(buf.load().to(Float32)))
+
+    @cute.jit
+    def load_pass(self, buf, p, gX, cX, rank, thr, even_n, m, load):
+        """Issue pass ``p``'s loads into the register buffer ``buf`` (refilled with the op's
+        neutral value first where the loads are predicated off: the buffer is reused)."""
+        tXgX_p, tXcX_p, tXpX_p = self.row_view(gX, cX, p * self.cfg.cluster_n + rank, thr, even_n)
+        if const_expr(not even_n):
+            buf.fill(self.op.pad)
+        if tXcX_p[0][0] < m:
+            cute.copy(load, tXgX_p, buf, pred=tXpX_p)
+
+    @cute.jit
+    def stream_ahead(self, buf0, gX, cX, rank, thr, even_n, m, load):
+        """A streamed row whose pass p + 1 is loaded before pass p is folded (``cfg.ahead``):
+        two buffers, even passes in ``buf0`` (pass 0 already issued there), odd ones in
+        ``buf1``, two passes an iteration so that each buffer stays put."""
+        op, passes = self.op, self.cfg.passes
+        buf1 = cute.make_rmem_tensor_like(buf0)
+        self.load_pass(buf1, 1, gX, cX, rank, thr, even_n, m, load)
+        state = self.fold_buffer(buf0)  # pass 0
+        for p in cutlass.range(1, passes - 1, 2):  # folds passes p (odd) and p + 1
+            self.load_pass(buf0, p + 1, gX, cX, rank, thr, even_n, m, load)
+            state = op.combine(state, self.fold_buffer(buf1))
+            if p + 2 < passes:
+                self.load_pass(buf1, p + 2, gX, cX, rank, thr, even_n, m, load)
+            state = op.combine(state, self.fold_buffer(buf0))
+        if const_expr(passes % 2 == 0):  # the last pass, odd, is in buf1
+            state = op.combine(state, self.fold_buffer(buf1))
+        return state
+
     # ---- host side ---------------------------------------------------------------
     @cute.jit
     def __call__(self, mX: cute.Tensor, mO: cute.Tensor, mW: Optional[cute.Tensor],
@@ -243,13 +275,16 @@ class RowKernel:
                 cute.copy(load, tXgX, tXrX, pred=tXpX)
             if const_expr(self.early_prologue and not self.writes_rows):
                 pre = self.scalar_prologue(row, m, mX, mT, scalar)
-            x = self.transform(tXrX.load().to(Float32))
-            state = op.fold(x)
-            for p in cutlass.range(1, cfg.passes, unroll=2):
-                tXgX_p, tXcX_p, tXpX_p, tXrX_p = self.row_tile(gX, cX, p * cfg.cluster_n + rank, thr, even_n)
-                if tXcX_p[0][0] < m:
-                    cute.copy(load, tXgX_p, tXrX_p, pred=tXpX_p)
-                state = op.combine(state, op.fold(self.transform(tXrX_p.load().to(Float32))))
+            if const_expr(cfg.ahead and cfg.passes > 1):
+                state = self.stream_ahead(tXrX, gX, cX, rank, thr, even_n, m, load)
+            else:
+                x = self.transform(tXrX.load().to(Float32))
+                state = op.fold(x)
+                for p in cutlass.range(1, cfg.passes, unroll=2):
+                    tXgX_p, tXcX_p, tXpX_p, tXrX_p = self.row_tile(gX, cX, p * cfg.cluster_n + rank, thr, even_n)
+                    if tXcX_p[0][0] < m:
+                        cute.copy(load, tXgX_p, tXrX_p, pred=tXpX_p)
+                    state = op.combine(state, op.fold(self.transform(tXrX_p.load().to(Float32))))
 
         # The weight (a row broadcast over M). With few elements a thread it is loaded
         # before the reduction, its latency hidden behind the exchange; with many, after

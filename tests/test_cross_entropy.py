@@ -41,6 +41,25 @@ def test_target_loaded_early_or_late(n, early):
         cross_entropy(x, t, early_target=early)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n", [2048, 3000, 32768, 32760, 131072, 262143 - 7])
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_loads_ahead(n, cluster, dtype):
+    """``RowConfig.ahead``: pass p + 1 loaded before pass p is folded, two buffers; odd and
+    even pass counts, a ragged last pass (the reused buffer refilled), rows past M, clusters."""
+    from dataclasses import replace
+    from kernels.config import row_config
+    bits = torch.finfo(dtype).bits
+    base = row_config(n, bits, keep_row=False)
+    for vecs in (1, 2):
+        cfg = replace(base, cluster_n=cluster, vecs_per_thread=vecs, ahead=1,
+                      passes=-(-n // (base.vec * base.threads_per_row * cluster * vecs)))
+        for m in (1, 37):
+            x = (torch.randn(m, n, device="cuda") * 4).to(dtype)
+            t = torch.randint(0, n, (m,), device="cuda")
+            _close(cross_entropy(x, t, reduction="none", config=cfg), cross_entropy_reference(x, t, reduction="none"))
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("target_dtype", [torch.int64, torch.int32])
 def test_reductions_and_ignore_index(reduction, target_dtype):

@@ -127,6 +127,27 @@ def test_cross_entropy_target_loads_before_the_fold_only_when_early(n):
         assert (target < fold) == early, f"early={early}: target load at line {target}, first exp at {fold}"
 
 
+@pytest.mark.parametrize("n", [32768, 131072, 262144])
+def test_loads_ahead_issue_the_next_pass_before_the_fold(n):
+    """RowConfig.ahead: the second pass's 128-bit loads come before the first exp (without
+    it, after the first pass's exps), with a second buffer of registers and no spills."""
+    from dataclasses import replace
+
+    def lines(ptx, prefix):
+        return [i for i, ln in enumerate(ptx.splitlines()) if ln.strip().startswith(prefix)]
+    base = row_config(n, 16, keep_row=False)
+    assert base.passes > 1
+    regs = {}
+    for ahead in (0, 1):
+        rep = inspect_op("cross_entropy", "bf16", n, config=replace(base, ahead=ahead))
+        assert rep.frame_bytes == 0
+        loads, exps = lines(rep.ptx, "ld.global.v4"), lines(rep.ptx, "ex2.approx")
+        second_pass = loads[base.vecs_per_thread]  # the first load after pass 0's
+        assert (second_pass < exps[0]) == bool(ahead), f"ahead={ahead}: 2nd pass load at {second_pass}, exp at {exps[0]}"
+        regs[ahead] = rep.registers
+    assert regs[1] > regs[0]  # the second buffer
+
+
 def test_block_tier_spills_when_a_block_holds_the_whole_row():
     """Chapter 5's claim: one block cannot keep a 256k-element fp32 row in registers."""
     rep = inspect_op("reduce_sum", "fp32", 262144, max_tier="block", stream=False)

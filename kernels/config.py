@@ -38,8 +38,8 @@ STAGES = ("reg", "smem")
 
 # The tables, by element width in bits. Rows are (largest N, threads per row, threads
 # per block, cluster size[, stage]) for kept rows and (largest N, threads per row,
-# threads per block, cluster size, 128-bit accesses per thread per pass) for streamed
-# ones; the first row whose bound is >= N wins. Picked from `python -m benchmarks.sweep`
+# threads per block, cluster size, 128-bit accesses per thread per pass[, ahead]) for
+# streamed ones; the first row whose bound is >= N wins. Picked from `python -m benchmarks.sweep`
 # on an H200 (book/data/sweep.csv): the best configuration for RMSNorm and softmax
 # together (keep) and for cross-entropy (stream) at each N. What the data says: about
 # four 128-bit accesses a thread (64 bytes) and more, smaller blocks in a cluster beat
@@ -101,14 +101,18 @@ SOFTMAX_KEEP = {
 # (book/data/sweep_prologue_long.csv, the same sweep over the row sum's streamed shapes):
 # 4 accesses a pass over 128 threads at 32k (92.7% against 85.8% for the 4-block cluster it
 # had) and over 256 threads from 64k up (92.3% / 92.6% against 91.6% / 89.2% at 64k / 128k
-# for clusters of 4 and 8).
+# for clusters of 4 and 8). At 32k and 64k they load each pass before folding the one before
+# (the optional last column, RowConfig.ahead; `--prologue --ahead`,
+# book/data/sweep_prologue_ahead.csv: 94.7% against 92.5% at 32k, 93.5% against 92.0% at 64k;
+# at 128k and 256k it measured within 0.3 points of the plain loop, which keeps them).
 STREAM_TABLE = {
     16: (
         (1024, 16, 128, 1, 4),
         (4096, 32, 128, 1, 8),
         (8192, 128, 128, 1, 4),
         (16384, 128, 128, 1, 8),
-        (32768, 128, 128, 1, 4),
+        (32768, 128, 128, 1, 4, 1),
+        (65536, 256, 256, 1, 4, 1),
         (262144, 256, 256, 1, 4),
     ),
     32: (
@@ -312,7 +316,7 @@ def row_config(
         stage = stage or (table_stage[0] if table_stage else "reg")
         stream_vecs = None
     else:
-        _, tpr, tpb, cluster, stream_vecs = _lookup(STREAM_TABLES.get(op, STREAM_TABLE), elem_bits, n)
+        _, tpr, tpb, cluster, stream_vecs, *ahead = _lookup(STREAM_TABLES.get(op, STREAM_TABLE), elem_bits, n)
         stream_vecs = max(1, stream_vecs * (128 // elem_bits) // vec)  # same bytes when vec is narrower
     cap = TIERS.index(max_tier)
     if cap < 3 and cluster > 1:  # no cluster: one block takes the whole row
@@ -344,7 +348,7 @@ def row_config(
         stream_vecs = max(1, stream_vecs // 2)
     per_thread = min(stream_vecs, math.ceil(nvec / (tpr * cluster)))
     passes = math.ceil(nvec / (tpr * cluster * per_thread))
-    return RowConfig(tpr, tpb, cluster, vec, per_thread, passes)
+    return RowConfig(tpr, tpb, cluster, vec, per_thread, passes, ahead=ahead[0] if ahead and passes > 1 else 0)
 
 
 def with_overrides(cfg: RowConfig, **kw) -> RowConfig:

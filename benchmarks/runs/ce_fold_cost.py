@@ -18,8 +18,9 @@ cross-entropy's kernel (the same template, shape, target loads and epilogue) wit
 - ``sum``: a plain sum of x (a wrong loss; the row sum's work inside cross-entropy's kernel).
 
 Every variant runs under the table's configuration and, for rows of more than one pass, with
-``RowConfig.ahead`` flipped, bf16 at 32k-256k, M * N = 2^28. ``full``, ``ffma`` and ``no_max`` are
-checked against the float64 reference first. With ``--ptx`` (no GPU needed) it prints each
+``RowConfig.ahead`` flipped, bf16 at 32k-256k, M * N = 2^28. ``full``, ``scaled`` and ``no_max`` are
+checked against the float64 reference first. Softmax folds the same pair, so it runs too, shipped
+against ``scaled`` (bf16 16k-256k, the table's configurations, checked against float64). With ``--ptx`` (no GPU needed) it prints each
 variant's count of exp2, fma, mul, sub, max and add instructions instead.
 
     bash benchmarks/h200.sh run benchmarks/runs/ce_fold_cost.py
@@ -41,8 +42,10 @@ from kernels.compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream,
 from kernels.config import row_config  # noqa: E402
 from kernels.cross_entropy import CrossEntropy, _error_flag, cross_entropy_reference  # noqa: E402
 from kernels.reduce import LOG2_E, LOGSUMEXP, Combine, _finite_or_zero  # noqa: E402
+from kernels.softmax import Softmax, softmax_reference  # noqa: E402
 
 NS = [32768, 65536, 131072, 262144]
+SOFTMAX_NS = [16384, 32768, 65536, 131072, 262144]
 OUT = os.environ.get("M2OUT", "/tmp")
 
 
@@ -108,6 +111,22 @@ def compile_variant(name, n, cfg, dtype=torch.bfloat16):
     return compile_once(("ce_fold_cost", name, str(dtype), n, cfg), build)
 
 
+class SoftmaxScaled(Softmax):
+    """Softmax over the ``scaled`` pair (M, sum of exp2(x log2 e - M))."""
+    op = VARIANTS["scaled"]
+
+    def row_epilogue(self, x, result, w, scalar):
+        big, denom = result
+        return cute.math.exp2(x * LOG2_E - _finite_or_zero(big), fastmath=True) * cute.arch.rcp_approx(denom)
+
+
+def compile_softmax_variant(name, n, cfg, dtype=torch.bfloat16):
+    ct = TORCH_TO_CUTE[dtype]
+    cls = SoftmaxScaled if name == "scaled" else Softmax
+    return compile_once(("ce_fold_cost softmax", name, str(dtype), n, cfg), lambda: (cls(ct, n, cfg), (
+        fake_rows(ct, n, cfg.vec), fake_rows(ct, n, cfg.vec), None, None, None, Float32(0.0), fake_stream())))
+
+
 def configs(n):
     base = row_config(n, 16, keep_row=False)
     return [base] + ([replace(base, ahead=1 - base.ahead)] if base.passes > 1 else [])
@@ -123,6 +142,12 @@ def ptx_counts():
                 counts = {k: sum(bool(re.match(p, ln)) for ln in body) for k, p in ops.items()}
                 print(f"N={n:>6} ahead={cfg.ahead} {name:>8}: " + " ".join(f"{k}={v}" for k, v in counts.items()),
                       flush=True)
+    for n in SOFTMAX_NS:
+        cfg = row_config(n, 16, keep_row=True, op="softmax")
+        for name in ("full", "scaled"):
+            body = [ln.strip() for ln in compile_softmax_variant(name, n, cfg).ptx.splitlines()]
+            counts = {k: sum(bool(re.match(p, ln)) for ln in body) for k, p in ops.items()}
+            print(f"softmax N={n:>6} {name:>8}: " + " ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
 
 
 def main():
@@ -161,7 +186,27 @@ def main():
                 print(rows[-1], flush=True)
         del x, t, loss
         torch.cuda.empty_cache()
-    meta = H.metadata({"suite": "ce_fold_cost", "read_ceiling_tb_per_s": ceiling,
+    # softmax folds the same pair: its shipped kernel against the scaled pair (and the epilogue's
+    # exp2(fma(x, log2 e, -M)) / sum), bf16 16k-256k under the table's configurations
+    copy_ceiling = H.copy_ceiling()
+    for n in SOFTMAX_NS:
+        m = rows_for(n)
+        x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        y = torch.empty_like(x)
+        ref = softmax_reference(x[:16])
+        cfg = row_config(n, 16, keep_row=True, op="softmax")
+        for name in ("full", "scaled"):
+            k = compile_softmax_variant(name, n, cfg)
+            fn = lambda: k(x, y, None, None, None, 0.0)  # noqa: E731
+            fn()
+            err_max = float((y[:16].double() - ref).abs().max())
+            rows.append(H.row("softmax", "ours", "bf16", m, n, bytes_moved("softmax", m, n, 2),
+                              H.time_ms(fn, warmup=3, rep=20), copy_ceiling, variant=name, config=str(cfg),
+                              max_abs_err=err_max))
+            print(rows[-1], flush=True)
+        del x, y
+        torch.cuda.empty_cache()
+    meta = H.metadata({"suite": "ce_fold_cost", "read_ceiling_tb_per_s": ceiling, "copy_ceiling_tb_per_s": copy_ceiling,
                        "script": "benchmarks/runs/ce_fold_cost.py"})
     print("wrote", H.write_suite("ce_fold_cost", rows, meta, OUT))
 

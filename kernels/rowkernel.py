@@ -160,6 +160,7 @@ class RowKernel:
         return tXrX
 
     def fold_buffer(self, buf):
+        """The thread tier over one pass's register buffer."""
         return self.op.fold(self.transform(buf.load().to(Float32)))
 
     @cute.jit
@@ -281,10 +282,9 @@ class RowKernel:
                 x = self.transform(tXrX.load().to(Float32))
                 state = op.fold(x)
                 for p in cutlass.range(1, cfg.passes, unroll=2):
-                    tXgX_p, tXcX_p, tXpX_p, tXrX_p = self.row_tile(gX, cX, p * cfg.cluster_n + rank, thr, even_n)
-                    if tXcX_p[0][0] < m:
-                        cute.copy(load, tXgX_p, tXrX_p, pred=tXpX_p)
-                    state = op.combine(state, op.fold(self.transform(tXrX_p.load().to(Float32))))
+                    tXrX_p = cute.make_rmem_tensor_like(tXrX)  # a fresh buffer a pass
+                    self.load_pass(tXrX_p, p, gX, cX, rank, thr, even_n, m, load)
+                    state = op.combine(state, self.fold_buffer(tXrX_p))
 
         # The weight (a row broadcast over M). With few elements a thread it is loaded
         # before the reduction, its latency hidden behind the exchange; with many, after

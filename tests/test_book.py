@@ -104,3 +104,28 @@ def test_notebook_is_stored_executed(path):
     assert any(c.outputs for c in code), f"{path.name}: no outputs stored ({hint})"
     errors = [o.get("ename") for c in code for o in c.outputs if o.output_type == "error"]
     assert not errors, f"{path.name}: stored errors {errors}"
+
+
+def _source_listings(cell):
+    """The code listings a stored cell shows: each IPython ``Code`` display (its text/plain is
+    the source), and each block of a printed ``inspect.getsource`` that starts like code."""
+    for out in cell.get("outputs", []):
+        data = out.get("data", {})
+        if 'class="highlight"' in data.get("text/html", ""):
+            yield data["text/plain"]
+        elif out.get("output_type") == "stream" and "getsource" in cell.source:
+            for block in out["text"].split("\n\n"):
+                if block.strip().startswith(("def ", "class ", "@", "#")):
+                    yield block
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_stored_source_listings_match_the_code(nb):
+    """A chapter that shows our code shows today's: every stored listing is a verbatim part of
+    kernels/ or benchmarks/ (a change to a shown function means re-executing, or at least
+    re-rendering, the chapter's listing)."""
+    code = "\n".join(p.read_text() for d in ("kernels", "benchmarks") for p in (ROOT / d).rglob("*.py"))
+    cells = [c for c in nbformat.read(nb, 4).cells if c.cell_type == "code"]
+    stale = [listing.strip("\n")[:80] for c in cells for listing in _source_listings(c)
+             if listing.strip("\n") not in code]
+    assert not stale, f"{nb.name} shows code that is no longer in the repository: {stale}"

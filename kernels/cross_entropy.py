@@ -59,16 +59,20 @@ class CrossEntropy(RowKernel):
                 x_t = Float32(mX[row, target])
         return target, x_t
 
+    def loss(self, result, x_t):
+        """The loss from the row's reduced pair and its target's logit."""
+        row_max, denom = result
+        # (max - x_t) first: both are logits of this row, so when they are large
+        # and close the difference is exact, and log(sum) adds only its own error.
+        return (row_max - x_t) + cute.math.log(denom, fastmath=False)
+
     @cute.jit
     def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index, pre):
-        row_max, denom = result
         target, x_t = pre
         loss = Float32(0.0)
         if target != ignore_index:
             if target >= 0 and target < self.n:
-                # (max - x_t) first: both are logits of this row, so when they are large
-                # and close the difference is exact, and log(sum) adds only its own error.
-                loss = (row_max - x_t) + cute.math.log(denom, fastmath=False)
+                loss = self.loss(result, x_t)
             else:
                 loss = Float32(math.nan)
                 mErr[0] = Int32(1)

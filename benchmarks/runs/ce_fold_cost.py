@@ -69,20 +69,11 @@ def _scaled_combine(a, b):
 
 
 class CrossEntropyScaled(CrossEntropy):
-    """The ``scaled`` variant's epilogue: its pair is (M, sum of exp2(x log2 e - M))."""
+    """The ``scaled`` variant's loss: its pair is (M, sum of exp2(x log2 e - M))."""
 
-    @cute.jit
-    def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index, pre):
+    def loss(self, result, x_t):
         big, denom = result
-        target, x_t = pre
-        loss = Float32(0.0)
-        if target != ignore_index:
-            if target >= 0 and target < self.n:
-                loss = (big - x_t * LOG2_E) * math.log(2.0) + cute.math.log(denom, fastmath=False)
-            else:
-                loss = Float32(math.nan)
-                mErr[0] = Int32(1)
-        return loss
+        return (big - x_t * LOG2_E) * math.log(2.0) + cute.math.log(denom, fastmath=False)
 
 
 VARIANTS = {

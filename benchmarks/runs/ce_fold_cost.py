@@ -1,4 +1,5 @@
-"""Prepared, not yet run. What in cross-entropy's fold costs the bf16 rows their last points?
+"""What in cross-entropy's fold costs the bf16 rows their last points? (Run at 1b768b7:
+book/data/ce_fold_cost.csv, benchmarks/runs/README.md, "The fourth session of runs".)
 
 The row sum reads the same logits under the same shapes at 95.7-96.5% of the read ceiling where
 cross-entropy reaches 92.2-92.4% (book/data/sweep_reduce_ce_shapes.csv, chapter 9): the

@@ -280,45 +280,6 @@ def prologue(out_dir, ns, dtypes, table_only=False, ahead=False):
               f"{best[False]:.3f} / {best[True]:.3f}", flush=True)
 
 
-RING_NS = [8192, 16384, 32768, 65536, 131072, 262144]
-
-
-def ring_candidates(n: int, bits: int):
-    """Streamed cross-entropy shapes of one block a row (128 or 256 threads, 2-8 accesses a
-    pass) whose passes go through a ring of 2, 4 or 8 shared-memory stages (stage "smem",
-    ahead 1, 3 or 7) that divides the passes, with room for two blocks an SM at least."""
-    out = []
-    for tpr in (128, 256):
-        for vecs in (2, 4, 8):
-            base = cfg_for(n, bits, tpr, tpr, 1, keep=False, vecs=vecs)
-            for ahead in (1, 3, 7):
-                cfg = replace(base, stage="smem", ahead=ahead)
-                if (base.passes >= 2 and base.passes % (ahead + 1) == 0
-                        and 2 * (cfg.smem_bytes(bits) + SMEM_RESERVED_PER_BLOCK) <= SM_SMEM_BYTES):
-                    out.append(cfg)
-    return out
-
-
-def ring(out_dir, ns, dtypes):
-    """Cross-entropy streamed through a ring of shared-memory stages (``ring_candidates``)
-    against the table's configuration; each candidate's loss checked against float64 first."""
-    from kernels.cross_entropy import cross_entropy, cross_entropy_reference
-
-    def point(rows, x, m, n, bits, ceil):
-        t = torch.randint(0, n, (m,), device="cuda")
-        ref = cross_entropy_reference(x[:64], t[:64], reduction="none")
-        picked = row_config(n, bits, keep_row=False)
-        for cfg in [picked] + ring_candidates(n, bits):
-            fn = lambda: cross_entropy(x, t, reduction="none", check_target=False, config=cfg)  # noqa: E731
-            try:
-                err = float((fn()[:64].double() - ref).abs().max())
-            except Exception as e:
-                print("FAIL", n, cfg, type(e).__name__, str(e)[:200], flush=True)
-                continue
-            try_config(rows, "cross_entropy", fn, bits, m, n, ceil, cfg, picked, max_abs_err=f"{err:.2e}")
-    read_sweep("sweep_ring", out_dir, ns, dtypes, point)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=None)
@@ -332,8 +293,6 @@ def main(argv=None):
                    help="dtypes (default: bf16 for --reduce and --prologue, both otherwise)")
     p.add_argument("--op", nargs="*", default=None, choices=["rmsnorm", "softmax", "cross_entropy"],
                    help="the full sweep and --smem: only these ops")
-    p.add_argument("--ring", action="store_true",
-                   help="cross-entropy streamed through a ring of shared-memory stages")
     p.add_argument("--table-only", action="store_true", help="--prologue: only the table's configuration")
     p.add_argument("--ahead", action="store_true",
                    help="--prologue: every candidate of more than one pass also with RowConfig.ahead flipped")
@@ -345,8 +304,6 @@ def main(argv=None):
         return smem(a.out, a.n, dtypes, a.op)
     if a.reduce:
         return reduce_sum(a.out, a.n or REDUCE_NS, dtypes or [torch.bfloat16])
-    if a.ring:
-        return ring(a.out, a.n or RING_NS, dtypes or [torch.bfloat16, torch.float32])
     if a.prologue:
         return prologue(a.out, a.n or PROLOGUE_NS, dtypes or [torch.bfloat16], a.table_only, a.ahead)
     from kernels.cross_entropy import cross_entropy

@@ -171,10 +171,7 @@ class RowConfig:
                       the input dtype); only ops that write rows may stage in smem
     ahead:            a streamed row (passes > 1) loads pass p + 1 before it folds
                       pass p (1), or after (0): a second register buffer of
-                      vecs_per_thread accesses, so that the fold hides behind loads.
-                      With stage "smem" a streamed row keeps ``ahead`` passes in flight
-                      in a ring of ahead + 1 shared-memory stages (cp.async), so that
-                      what is in flight no longer costs registers
+                      vecs_per_thread accesses, so that the fold hides behind loads
     """
 
     threads_per_row: int
@@ -219,14 +216,8 @@ class RowConfig:
         of the block or cluster tier (at most four fp32 a slot), the cluster's
         mbarrier, and up to 128 bytes of alignment before each of the first two."""
         staged = self.rows_per_block * self.cols_per_pass * elem_bits // 8 if self.stage == "smem" else 0
-        staged *= self.ring_stages
         partials = self.rows_per_block * self.warps_per_row * self.cluster_n * 16
         return staged + 128 + partials + 128 + 8
-
-    @property
-    def ring_stages(self) -> int:
-        """Shared-memory stages of a streamed row's ring (stage "smem" with ahead > 0), else 1."""
-        return self.ahead + 1 if self.stage == "smem" else 1
 
     @property
     def max_tier(self) -> str:
@@ -258,13 +249,10 @@ class RowConfig:
             raise ValueError(f"vec={self.vec} must divide N={n}")
         if self.stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
-        if self.stage == "smem" and self.ahead == 0 and self.passes != 1:
-            raise ValueError("stage='smem' without ahead keeps the whole row: passes must be 1")
-        if self.stage == "smem" and self.ahead and (self.passes < 2 or self.passes % self.ring_stages):
-            raise ValueError(f"a ring of {self.ring_stages} stages (stage='smem', ahead={self.ahead}) needs a "
-                             f"multiple of {self.ring_stages} passes (at least 2), got {self.passes}")
-        if self.ahead not in ((0, 1) if self.stage == "reg" else range(8)):
-            raise ValueError(f"ahead must be 0 or 1 (0 to 7 with stage='smem'), got {self.ahead!r}")
+        if self.stage == "smem" and self.passes != 1:
+            raise ValueError("stage='smem' keeps the whole row: passes must be 1")
+        if self.ahead not in (0, 1):
+            raise ValueError(f"ahead must be 0 or 1, got {self.ahead!r}")
         if elem_bits is not None and self.smem_bytes(elem_bits) > MAX_SMEM_BYTES:
             raise ValueError(
                 f"{self} needs {self.smem_bytes(elem_bits)} bytes of shared memory per block for "

@@ -4,7 +4,9 @@ Bytes that must move: read the logits once (M * N), read the targets and write o
 fp32 per row. The logits are never needed again, so the kernel *streams* the row:
 each pass folds 128 bytes per thread into a running (max, sum of exp(x - max)) pair,
 and the toolkit merges the pairs across warp, block and cluster in one exchange.
-Accumulation is fp32 whatever the input dtype.
+Accumulation is fp32 whatever the input dtype. The pair carries its max in log2 units
+(``kernels.reduce.LOGSUMEXP2``: one fma a term), and a bf16 pass is folded from its
+registers as they were loaded (its max over bf16 pairs, each element widened once).
 
 Targets outside [0, N) that are not ``ignore_index`` give a NaN loss and raise a
 flag on the device; ``cross_entropy`` reads the flag after the launch (one 4-byte
@@ -26,7 +28,7 @@ from cutlass import Float32, Int32
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
 from .config import RowConfig, row_config
-from .reduce import LOGSUMEXP
+from .reduce import LOG2_E, LOGSUMEXP2
 from .rowkernel import RowKernel
 
 
@@ -37,10 +39,11 @@ from .rowkernel import RowKernel
 #: bf16 1k: 72.9 against 72.7%), behind by up to 9 points for bf16 at 4k, 8k, 32k, 65k and 131k
 #: (32k: 77.8 against 86.7%). So it stays off.
 EARLY_TARGET = False
+LN_2 = math.log(2.0)
 
 
 class CrossEntropy(RowKernel):
-    op = LOGSUMEXP
+    op = LOGSUMEXP2
     keep_row = False
     writes_rows = False
 
@@ -60,11 +63,12 @@ class CrossEntropy(RowKernel):
         return target, x_t
 
     def loss(self, result, x_t):
-        """The loss from the row's reduced pair and its target's logit."""
-        row_max, denom = result
-        # (max - x_t) first: both are logits of this row, so when they are large
-        # and close the difference is exact, and log(sum) adds only its own error.
-        return (row_max - x_t) + cute.math.log(denom, fastmath=False)
+        """The loss from the row's reduced pair, (M, s) with M = fl(max log2 e) and
+        s = sum of exp2(x log2 e - M), and its target's logit: ln 2 (M - x_t log2 e) + ln s,
+        the first term one fma (x_t log2 e exact inside it), so that M's rounding, which
+        scales every term of s alike, cancels; with x_t the max it leaves ln s alone."""
+        big, denom = result
+        return cute.math.fma(x_t, Float32(-LOG2_E), big) * LN_2 + cute.math.log(denom, fastmath=False)
 
     @cute.jit
     def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index, pre):

@@ -12,7 +12,8 @@ where the data already is and climb the memory hierarchy only with what is left:
 What is reduced is a tuple of fp32 values combined by a :class:`Combine`, an
 associative operation with an identity. Sum and max are one-element tuples;
 softmax and cross-entropy reduce the pair (running max, sum of exp(x - max)) in one
-pass, so one exchange per tier serves them all.
+pass, so one exchange per tier serves them all (cross-entropy carries the max in log2
+units, ``LOGSUMEXP2``, and folds bf16 straight from its registers).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from typing import Callable, Tuple
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, const_expr
+from cutlass.cute.arch import inline_ptx
 
 WARP_SIZE = 32
 LOG2_E = math.log2(math.e)
@@ -38,6 +40,9 @@ class Combine:
     combine: Callable  # (tuple, tuple) -> tuple, traced inside kernels
     fold: Callable  # (TensorSSA of fp32) -> tuple: the thread tier
     pad: float  # value of an element outside the row, neutral for ``fold``
+    #: (register fragment of bf16) -> tuple: the same thread tier from the raw registers, for
+    #: an op whose fold gains from never widening them all (None: widen, then ``fold``)
+    fold_bf16: Callable | None = None
 
     @property
     def width(self) -> int:
@@ -86,6 +91,72 @@ SUM = Combine("sum", (0.0,), lambda a, b: (a[0] + b[0],), _sum_fold, 0.0)
 SUMSQ = Combine("sumsq", (0.0,), lambda a, b: (a[0] + b[0],), _sumsq_fold, 0.0)
 MAX = Combine("max", (-math.inf,), lambda a, b: (cute.arch.fmax(a[0], b[0]),), _max_fold, -math.inf)
 LOGSUMEXP = Combine("logsumexp", (-math.inf, 0.0), _online_combine, _online_fold, -math.inf)
+
+
+# The same pair with its max in log2 units, M = fl(max * log2 e): each term is then
+# exp2(fma(x, log2 e, -M)), one fused multiply-add (the product exact inside it) where
+# exp_minus takes a subtraction and a product. M's rounding shifts every term of a row alike
+# and cancels in anything formed against the same M (cross-entropy's loss: see
+# CrossEntropy.loss). Cross-entropy measured it 0.1-0.8 points of the read ceiling faster at
+# bf16 1k-128k; softmax not faster (benchmarks/runs/fold_diet.py, fold_diet2.py), so softmax
+# keeps LOGSUMEXP.
+def exp2_from(x, big):
+    """exp2(x log2 e - big) for a value or a tensor of them, ``big`` a max in log2 units
+    (-inf, nothing seen yet, counts as 0)."""
+    shift = -_finite_or_zero(big)
+    if isinstance(x, cute.TensorSSA):
+        return cute.math.exp2(cute.math.fma(x, cute.full_like(x, LOG2_E), cute.full_like(x, shift)), fastmath=True)
+    return cute.math.exp2(cute.math.fma(x, Float32(LOG2_E), shift), fastmath=True)
+
+
+def _log2_combine(a, b):
+    """Merge two (max log2 e, sum of exp2(x log2 e - max log2 e)) pairs."""
+    big = cute.arch.fmax(a[0], b[0])
+    safe = _finite_or_zero(big)
+    return (big, a[1] * cute.math.exp2(a[0] - safe, fastmath=True) + b[1] * cute.math.exp2(b[0] - safe, fastmath=True))
+
+
+def _log2_fold(x):
+    big = x.reduce(cute.ReductionOp.MAX, init_val=-math.inf, reduction_profile=0) * LOG2_E
+    return (big, exp2_from(x, big).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
+
+
+def _tree(vals, f):
+    """Fold a list pairwise, so that the dependent chain is log2(len) deep."""
+    while len(vals) > 1:
+        vals = [f(vals[i], vals[i + 1]) if i + 1 < len(vals) else vals[i] for i in range(0, len(vals), 2)]
+    return vals[0]
+
+
+def _bf16x2_max(a, b):
+    """Max of two words of two bf16 each, lane by lane (exact; NaN wins, as FMNMX.NAN's does)."""
+    return inline_ptx("max.NaN.bf16x2 {$w0}, {$r0}, {$r1};", write_only_types=[Int32], read_only_args=[a, b])
+
+
+def _bf16_low(w):
+    """The word's first bf16 as an fp32: its 16 bits become the fp32's top half."""
+    return inline_ptx("shl.b32 {$w0}, {$r0}, 16;", write_only_types=[Float32], read_only_args=[w])
+
+
+def _bf16_high(w):
+    """The word's second bf16 as an fp32: the word with its low half cleared."""
+    return inline_ptx("and.b32 {$w0}, {$r0}, -65536;", write_only_types=[Float32], read_only_args=[w])
+
+
+def _log2_fold_bf16(buf):
+    """``_log2_fold`` from a fragment of bf16 in registers, two to a 32-bit word: the max over
+    the words as bf16 pairs (half the instructions, no widening: a max of bf16 is a bf16),
+    then each element widened by one shift or mask (the compiler's conversion takes a byte
+    permute more for every second one) into its term, the terms summed as a tree."""
+    words = cute.recast_tensor(buf, Int32)
+    words = [words[i] for i in range(cute.size(words))]
+    pair = _tree(words, _bf16x2_max)
+    big = cute.arch.fmax(_bf16_low(pair), _bf16_high(pair)) * LOG2_E
+    terms = [exp2_from(half(w), big) for w in words for half in (_bf16_low, _bf16_high)]
+    return (big, _tree(terms, lambda a, b: a + b))
+
+
+LOGSUMEXP2 = Combine("logsumexp2", (-math.inf, 0.0), _log2_combine, _log2_fold, -math.inf, _log2_fold_bf16)
 
 
 

@@ -99,11 +99,9 @@ class RowKernel:
 
     def __init__(self, dtype, n: int, cfg: RowConfig):
         cfg.check(n, dtype.width)
-        if cfg.stage == "smem" and cfg.ahead and self.keep_row:
-            raise ValueError(f"{type(self).__name__} keeps its row: stage='smem' stages it whole, ahead must be 0")
-        if cfg.stage == "smem" and not cfg.ahead and not (self.keep_row and self.writes_rows):
+        if cfg.stage == "smem" and not (self.keep_row and self.writes_rows):
             raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
-                             "stage='smem' without ahead buys nothing; stream it (ahead > 0) or use stage='reg'")
+                             "stage='smem' buys nothing, use stage='reg'")
         self.dtype, self.n, self.cfg = dtype, n, cfg
 
     # ---- hooks -------------------------------------------------------------------
@@ -113,25 +111,6 @@ class RowKernel:
 
     def row_epilogue(self, x, result, w, scalar):
         raise NotImplementedError
-
-    def fold_row(self, x):
-        """The thread tier over a row kept in registers (fp32): the op's fold, and what the
-        epilogue (``kept_epilogue``) reads in place of the row: the row itself by default; an
-        op may leave behind something that costs its epilogue less."""
-        return self.op.fold(x), x
-
-    def kept_epilogue(self, kept, result, w, scalar):
-        """The epilogue of a row kept in registers, from what ``fold_row`` left."""
-        return self.row_epilogue(kept, result, w, scalar)
-
-    def fold_staged(self, read, count: int):
-        """The thread tier over a row staged in shared memory, where ``read(k)`` reads access
-        ``k`` back as fp32: each access folded, the ``count`` results combined."""
-        state = None
-        for k in range(count):
-            part = self.op.fold(read(k))
-            state = part if k == 0 else self.op.combine(state, part)
-        return state
 
     def scalar_prologue(self, row, m, mX, mT, scalar):
         """Whatever a scalar epilogue loads besides the reduction (e.g. cross-entropy's target
@@ -181,7 +160,12 @@ class RowKernel:
         return tXrX
 
     def fold_buffer(self, buf):
-        """The thread tier over one pass's register buffer."""
+        """The thread tier over one pass's register buffer: from the bf16 registers themselves
+        where the op has a fold for them (``Combine.fold_bf16``), accesses are whole 32-bit
+        words (an even ``vec``) and no transform applies; else over the buffer widened to fp32."""
+        if const_expr(self.op.fold_bf16 is not None and buf.element_type is cutlass.BFloat16
+                      and self.cfg.vec % 2 == 0 and type(self).transform is RowKernel.transform):
+            return self.op.fold_bf16(buf)
         return self.op.fold(self.transform(buf.load().to(Float32)))
 
     @cute.jit
@@ -211,45 +195,6 @@ class RowKernel:
             state = op.combine(state, self.fold_buffer(buf0))
         if const_expr(passes % 2 == 0):  # the last pass, odd, is in buf1
             state = op.combine(state, self.fold_buffer(buf1))
-        return state
-
-    @cute.jit
-    def stage_pass(self, tXsX, p, gX, cX, rank, thr, even_n, m, stage_copy):
-        """Issue pass ``p``'s copies into the shared-memory stage ``tXsX`` (this thread's
-        partition of it); rows past M are not copied."""
-        tXgX_p, tXcX_p, tXpX_p = self.row_view(gX, cX, p * self.cfg.cluster_n + rank, thr, even_n)
-        if tXcX_p[0][0] < m:
-            cute.copy(stage_copy, tXgX_p, tXsX, pred=tXpX_p)
-
-    @cute.jit
-    def stream_ring(self, ring, gX, cX, rank, thr, even_n, m, load, stage_copy):
-        """A streamed row through a ring of shared-memory stages (``cfg.stage == "smem"``,
-        ``cfg.ahead`` > 0): ``ahead`` passes stay in flight as cp.async copies, which hold no
-        registers, while the thread folds the oldest. Each thread reads back only what it
-        copied itself, so the ring needs no barrier: ``cp.async.wait_group`` is enough."""
-        op, passes, stages = self.op, self.cfg.passes, len(ring)
-        shared = [thr.partition_D(t) for t in ring]
-        for s in cutlass.range_constexpr(stages - 1):
-            self.stage_pass(shared[s], s, gX, cX, rank, thr, even_n, m, stage_copy)
-            cute.arch.cp_async_commit_group()
-        state = tuple(Float32(v) for v in op.identity)
-        for p0 in cutlass.range(0, passes, stages):
-            for s in cutlass.range_constexpr(stages):
-                # refill the stage folded last (pass p - 1) with pass p + stages - 1; a group is
-                # committed even when empty, so that one wait count fits every pass
-                if p0 + s + stages - 1 < passes:
-                    self.stage_pass(shared[(s + stages - 1) % stages], p0 + s + stages - 1, gX, cX, rank, thr,
-                                    even_n, m, stage_copy)
-                cute.arch.cp_async_commit_group()
-                cute.arch.cp_async_wait_group(stages - 1)
-                tXpX_p = None
-                if const_expr(not even_n):
-                    tXpX_p = self.row_view(gX, cX, (p0 + s) * self.cfg.cluster_n + rank, thr, even_n)[2]
-                buf = cute.make_rmem_tensor_like(shared[s])
-                if const_expr(not even_n):
-                    buf.fill(op.pad)
-                cute.copy(load, shared[s], buf, pred=tXpX_p)
-                state = op.combine(state, self.fold_buffer(buf))
         return state
 
     # ---- host side ---------------------------------------------------------------
@@ -297,17 +242,11 @@ class RowKernel:
         # A kept row staged in shared memory: the block's (rows_per_block, cols_per_pass)
         # tile in the input dtype, row-major, so that a warp's 16-byte accesses are 512
         # contiguous bytes (no bank conflicts); 128-byte aligned for cp.async.
-        # A streamed row may pass through a ring of such tiles instead (cfg.ahead > 0).
-        ring = const_expr(cfg.stage == "smem" and cfg.ahead > 0)
-        staged = const_expr(cfg.stage == "smem" and not ring)
+        staged = const_expr(cfg.stage == "smem")
         sX = None
         if const_expr(staged):
             sX = smem.allocate_tensor(mX.element_type, cute.make_ordered_layout(tiler_mn, order=(1, 0)),
                                       byte_alignment=128)
-        sRing = []
-        if const_expr(ring):
-            sRing = [smem.allocate_tensor(mX.element_type, cute.make_ordered_layout(tiler_mn, order=(1, 0)),
-                                          byte_alignment=128) for _ in range(cfg.ring_stages)]
 
         gX = cute.local_tile(mX, tiler_mn, (bidx, None))
         cX = cute.local_tile(cute.make_identity_tensor(mX.shape), tiler_mn, (bidx, None))
@@ -332,15 +271,10 @@ class RowKernel:
             # Every thread reads back exactly the elements it copied (the same partition
             # of the same tile, in the fold and in the epilogue), so no barrier is needed.
             cute.arch.cp_async_wait_group(0)
-            state = self.fold_staged(
-                lambda k: self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32)),
-                cfg.vecs_per_thread)
-        elif const_expr(ring):
-            tXgX, tXcX, tXpX = self.row_view(gX, cX, tile, thr, even_n)
-            if const_expr(self.early_prologue):
-                pre = self.scalar_prologue(row, m, mX, mT, scalar)
-            state = self.stream_ring(sRing, gX, cX, rank, thr, even_n, m, load,
-                                     make_stage_copy(mX.element_type, cfg.vec))
+            state = None
+            for k in cutlass.range_constexpr(cfg.vecs_per_thread):
+                part = op.fold(self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32)))
+                state = part if k == 0 else op.combine(state, part)
         else:
             tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
             if tXcX[0][0] < m:
@@ -351,7 +285,8 @@ class RowKernel:
                 state = self.stream_ahead(tXrX, gX, cX, rank, thr, even_n, m, load)
             else:
                 if const_expr(self.writes_rows):  # the epilogue reads the row again
-                    state, x = self.fold_row(self.transform(tXrX.load().to(Float32)))
+                    x = self.transform(tXrX.load().to(Float32))
+                    state = op.fold(x)
                 else:
                     state = self.fold_buffer(tXrX)
                 for p in cutlass.range(1, cfg.passes, unroll=2):
@@ -393,7 +328,7 @@ class RowKernel:
         elif const_expr(self.writes_rows):
             if const_expr(mW is not None and not prefetch_w):
                 w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
-            y = self.kept_epilogue(x, result, w, scalar)
+            y = self.row_epilogue(x, result, w, scalar)
             tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
             tXrO = cute.make_rmem_tensor_like(tXgO)
             tXrO.store(y.to(mO.element_type))

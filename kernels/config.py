@@ -92,28 +92,31 @@ SOFTMAX_KEEP = {
 # of a few 128-bit accesses per thread, so a long row needs no cluster to fit in
 # registers; the cluster only splits rows when that keeps more blocks busy.
 #
-# Cross-entropy's short 16-bit rows (up to 8k) take their shapes from
-# `python -m benchmarks.sweep --prologue` (book/data/sweep_prologue_short.csv, H200): a short row's
-# block waits out the target's round trips after its own loads, so the rows in flight an SM
-# holds matter more than for the plain row sum; 16 threads a row (8 rows a block) took bf16
-# at 1k from 66.0% to 92.8% of the read ceiling, 32 threads with 8 accesses at 4k from 90.5
-# to 93.4%, 4 accesses at 8k from 92.8 to 94.3%. Its longer 16-bit rows take no cluster
-# (book/data/sweep_prologue_long.csv, the same sweep over the row sum's streamed shapes):
-# 4 accesses a pass over 128 threads at 32k (92.7% against 85.8% for the 4-block cluster it
-# had) and over 256 threads from 64k up (92.3% / 92.6% against 91.6% / 89.2% at 64k / 128k
-# for clusters of 4 and 8). At 32k and 64k they load each pass before folding the one before
-# (the optional last column, RowConfig.ahead; `--prologue --ahead`,
-# book/data/sweep_prologue_ahead.csv: 94.7% against 92.5% at 32k, 93.5% against 92.0% at 64k;
-# at 128k and 256k it measured within 0.3 points of the plain loop, which keeps them).
+# Cross-entropy's 16-bit rows take their shapes from `python -m benchmarks.sweep --prologue
+# --ahead --dtype bf16` over its current fold (book/data/sweep_prologue_log2.csv, H200, commit
+# eeb62ab: the pair in log2 units, bf16 folded from its registers, 40 registers a thread at
+# 64 bytes a pass where the fold before took 64). A cheaper fold made parallelism pay again:
+# from 32k up the best shapes split the row over a cluster and load each pass before folding
+# the one before (the optional last column, RowConfig.ahead): 95.9% of the read ceiling at 32k
+# (2 blocks), 95.9% at 64k and 95.5% at 128k (8 blocks, 4 accesses a pass), 95.0% at 256k
+# (8 blocks, 8 accesses), against 94.7 / 94.2 / 93.3 / 74.5% for the one-block shapes the old
+# fold had wanted (at 256k those leave 1,024 blocks of 256 threads for six an SM: 1.3 waves).
+# At 4k, 128 threads a row in 256-thread blocks, 2 accesses a pass: 96.0% against 95.0%; at
+# 16k 4 accesses a pass, loaded ahead: 95.8% against 95.5%. At 1k (16 threads a row, 8 rows a
+# block: 94.4%, the best 94.6%) and 8k (the best, 95.6%) the shapes stay. Short rows wanted
+# many rows a block (book/data/sweep_prologue_short.csv, commit d9f2933, the fold before: 16
+# threads a row took bf16 at 1k from 66.0% to 92.8%): a short row's block waits out the
+# target's round trips after its own loads.
 STREAM_TABLE = {
     16: (
         (1024, 16, 128, 1, 4),
-        (4096, 32, 128, 1, 8),
+        (4096, 128, 256, 1, 2),
         (8192, 128, 128, 1, 4),
-        (16384, 128, 128, 1, 8),
-        (32768, 128, 128, 1, 4, 1),
-        (65536, 256, 256, 1, 4, 1),
-        (262144, 256, 256, 1, 4),
+        (16384, 128, 128, 1, 4, 1),
+        (32768, 256, 256, 2, 4, 1),
+        (65536, 128, 128, 8, 4, 1),
+        (131072, 256, 256, 8, 4, 1),
+        (262144, 256, 256, 8, 8, 1),
     ),
     32: (
         (1024, 64, 128, 1, 4),

@@ -3,7 +3,7 @@ chapters claim (128-bit accesses, shuffles, shared memory, cluster exchange, no 
 
 import pytest
 
-from kernels.config import row_config, vector_width
+from kernels.config import RowConfig, row_config, vector_width
 from kernels.cubin import kernel_resources
 from kernels.inspect import access_bits, inspect_op, main
 
@@ -130,13 +130,14 @@ def test_cross_entropy_target_loads_before_the_fold_only_when_early(n):
 @pytest.mark.parametrize("n", [32768, 131072, 262144])
 def test_loads_ahead_issue_the_next_pass_before_the_fold(n):
     """RowConfig.ahead: the second pass's 128-bit loads come before the first exp (without
-    it, after the first pass's exps), with a second buffer of registers and no spills."""
+    it, after the first pass's exps), with a second buffer of registers and no spills. One
+    block a row, 4 to 32 passes (the table splits these rows over clusters, 2 passes each)."""
     from dataclasses import replace
 
     def lines(ptx, prefix):
         return [i for i, ln in enumerate(ptx.splitlines()) if ln.strip().startswith(prefix)]
-    base = row_config(n, 16, keep_row=False)
-    assert base.passes > 1
+    base = RowConfig(256, 256, 1, 8, 4, passes=n // (256 * 8 * 4))
+    assert base.passes >= 4
     regs = {}
     for ahead in (0, 1):
         rep = inspect_op("cross_entropy", "bf16", n, config=replace(base, ahead=ahead))

@@ -82,9 +82,13 @@ KEEP_ROW_TABLE = {
 # RMSNorm folds one, and at 32k 16-bit elements it wanted a smaller block over more of them
 # (`python -m benchmarks.sweep --op softmax rmsnorm --n 32768`, book/data/sweep_keep_mid.csv:
 # 64 threads a row, two rows a block, a cluster of 8 at 97.1% of the copy ceiling against
-# 92.4% for the shared shape, which gave RMSNorm 97.1% and this one RMSNorm 84.8%).
+# 92.4% for the shared shape, which gave RMSNorm 97.1% and this one RMSNorm 84.8%). At 128k,
+# staged, it wanted a cluster of 8 (4 accesses a thread) where RMSNorm keeps 4: 97.0% against
+# 96.4% (benchmarks/runs/logs/sweep_smem_softmax_bf16_f0549d9.csv) and 96.9% against 96.0%
+# (`--smem --op softmax`, book/data/sweep_smem_softmax_bf16.csv), one timing each in two runs.
+SOFTMAX_OWN_16 = {32768: (32768, 64, 128, 8), 131072: (131072, 512, 512, 8, "smem")}
 SOFTMAX_KEEP = {
-    16: tuple((32768, 64, 128, 8) if row[0] == 32768 else row for row in KEEP_ROW_TABLE[16]),
+    16: tuple(SOFTMAX_OWN_16.get(row[0], row) for row in KEEP_ROW_TABLE[16]),
     32: KEEP_ROW_TABLE[32],
 }
 
@@ -248,6 +252,11 @@ class RowConfig:
             raise ValueError("too many partials for one cluster exchange")
         if self.cols_covered < n:
             raise ValueError(f"{self} covers {self.cols_covered} < N = {n} columns")
+        if self.cluster_n * self.passes > 1 and n <= self.cols_per_pass:
+            # the row is then a single column tile, whose tile mode CuTe gives stride 0: a second
+            # block or pass would read the first one's columns again instead of none
+            raise ValueError(f"{self} gives one block's first pass all N = {n} columns, leaving the other "
+                             "blocks or passes none: use fewer accesses a pass or fewer blocks")
         if n % self.vec:
             raise ValueError(f"vec={self.vec} must divide N={n}")
         if self.stage not in STAGES:

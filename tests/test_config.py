@@ -55,6 +55,13 @@ def test_rejects_what_it_cannot_do():
         row_config(262144, 16, keep_row=True, max_tier="warp", stage="smem")
     with pytest.raises(ValueError, match="covers"):
         RowConfig(32, 128, 1, 8, 1).check(4096)
+    # one pass of one block takes the whole row: a second block (or pass) would read it again
+    # (found by the GPU test of loads ahead: a loss ln 2 too large, H200, commit b93faf1)
+    for cfg in (RowConfig(128, 256, 2, 8, 2), RowConfig(128, 128, 1, 8, 2, passes=2)):
+        with pytest.raises(ValueError, match="leaving the other"):
+            cfg.check(2048)
+    RowConfig(128, 128, 2, 8, 1).check(2048)  # each block of the cluster gets half the row
+    RowConfig(128, 128, 2, 8, 2).check(2056)  # the second block gets the last 8 columns
     with pytest.raises(ValueError, match="max_tier"):
         row_config(1024, 16, keep_row=True, max_tier="grid")
 

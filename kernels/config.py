@@ -83,9 +83,10 @@ KEEP_ROW_TABLE = {
 # (`python -m benchmarks.sweep --op softmax rmsnorm --n 32768`, book/data/sweep_keep_mid.csv:
 # 64 threads a row, two rows a block, a cluster of 8 at 97.1% of the copy ceiling against
 # 92.4% for the shared shape, which gave RMSNorm 97.1% and this one RMSNorm 84.8%). At 128k,
-# staged, it wanted a cluster of 8 (4 accesses a thread) where RMSNorm keeps 4: 97.0% against
-# 96.4% (benchmarks/runs/logs/sweep_smem_softmax_bf16_f0549d9.csv) and 96.9% against 96.0%
-# (`--smem --op softmax`, book/data/sweep_smem_softmax_bf16.csv), one timing each in two runs.
+# staged, it wanted a cluster of 8 (4 accesses a thread) where RMSNorm keeps 4, in three runs of
+# one timing each: 96.5% against 96.1% (book/data/sweep_smem.csv), 97.0% against 96.4%
+# (benchmarks/runs/logs/sweep_smem_softmax_bf16_f0549d9.csv) and 96.9% against 96.0%
+# (`--smem --op softmax`, book/data/sweep_smem_softmax_bf16.csv).
 SOFTMAX_OWN_16 = {32768: (32768, 64, 128, 8), 131072: (131072, 512, 512, 8, "smem")}
 SOFTMAX_KEEP = {
     16: tuple(SOFTMAX_OWN_16.get(row[0], row) for row in KEEP_ROW_TABLE[16]),

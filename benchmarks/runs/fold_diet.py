@@ -1,5 +1,8 @@
 """What the exponentials cost softmax and cross-entropy, and what each cut buys (H200).
 
+Run at the tree of ae13f7f, whose RowKernel hooks (fold_row, kept_epilogue, fold_staged) it
+needs; eeb62ab removed them, so check that commit out to run it again.
+
 ce_fold_cost.py (book/data/ce_fold_cost.csv) found the exponential, not the bytes in flight,
 behind cross-entropy's bf16 gap: the same kernel with a plain sum in place of the fold reads
 at 95.2-96.4% of the read ceiling where the fold reaches 91.5-94.5%, and a ring of shared-memory

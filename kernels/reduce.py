@@ -74,11 +74,11 @@ def exp_minus(x, m):
     return cute.math.exp2((x - m) * LOG2_E, fastmath=True)
 
 
-def _online_combine(a, b):
-    """Merge two (max, sum of exp(x - max)) pairs."""
+def _online_combine(a, b, exp_of=exp_minus):
+    """Merge two (max, sum of exp(x - max)) pairs (``exp_of(x, m)``: the pair's exp(x - m))."""
     m = cute.arch.fmax(a[0], b[0])
     m_safe = _finite_or_zero(m)
-    return (m, a[1] * exp_minus(a[0], m_safe) + b[1] * exp_minus(b[0], m_safe))
+    return (m, a[1] * exp_of(a[0], m_safe) + b[1] * exp_of(b[0], m_safe))
 
 
 def _online_fold(x):
@@ -110,10 +110,9 @@ def exp2_from(x, big):
 
 
 def _log2_combine(a, b):
-    """Merge two (max log2 e, sum of exp2(x log2 e - max log2 e)) pairs."""
-    big = cute.arch.fmax(a[0], b[0])
-    safe = _finite_or_zero(big)
-    return (big, a[1] * cute.math.exp2(a[0] - safe, fastmath=True) + b[1] * cute.math.exp2(b[0] - safe, fastmath=True))
+    """Merge two (max log2 e, sum of exp2(x log2 e - max log2 e)) pairs: the online merge,
+    with the maxima's difference already in log2 units."""
+    return _online_combine(a, b, exp_of=lambda big, safe: cute.math.exp2(big - safe, fastmath=True))
 
 
 def _log2_fold(x):

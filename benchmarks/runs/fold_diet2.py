@@ -3,9 +3,9 @@
 Run at the tree of ae13f7f (it imports fold_diet.py, which needs that commit's RowKernel
 hooks). Its ``fma_packed`` fold became kernels.reduce.LOGSUMEXP2's ``fold_bf16`` (eeb62ab).
 
-fold_diet.py measured that halving softmax's exponentials (``kept``) made it slower, 0.3-1.1
-points of the copy ceiling, while carrying the pair in log2 units (one fma a term in place of a
-subtraction and a product) took cross-entropy's bf16 rows up 0.1-0.8 points from 1k to 64k. So
+fold_diet.py measured that halving softmax's exponentials (``kept``) made it slower, 0.1-1.2
+points of the copy ceiling in bf16, while carrying the pair in log2 units (one fma a term in place of a
+subtraction and a product) took cross-entropy's bf16 rows up 0.2-0.8 points from 1k to 64k. So
 the issue slots, not the MUFU pipe, are what the exponentials cost. This round:
 
 - softmax ``fma``: the kernel as shipped (exponentials computed again in the epilogue, a staged

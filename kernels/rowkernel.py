@@ -20,6 +20,7 @@ grow with the row, and more blocks fit an SM.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import cutlass
@@ -105,6 +106,11 @@ class RowKernel:
     #: A row staged in shared memory: how many of the weight's accesses are loaded ahead
     #: (None: WEIGHT_AHEAD, or all of them from WEIGHT_ALL_FROM accesses a thread).
     weight_ahead: int | None = None
+    #: A row staged in shared memory: how many cp.async commit groups its copies are split
+    #: into (the fold waits for each in turn before its first access; 1: one group, all waited
+    #: for before the fold starts); where it does not divide ``vecs_per_thread``, their greatest
+    #: common divisor.
+    stage_groups: int = 1
 
     def __init__(self, dtype, n: int, cfg: RowConfig):
         cfg.check(n, dtype.width)
@@ -273,15 +279,27 @@ class RowKernel:
             # zero-filled by cp.async (or skipped), and read back as the op's neutral value.
             tXgX, tXcX, tXpX = self.row_view(gX, cX, tile, thr, even_n)
             tXsX = thr.partition_D(sX)
-            if tXcX[0][0] < m:
-                cute.copy(make_stage_copy(mX.element_type, cfg.vec), tXgX, tXsX, pred=tXpX)
-            cute.arch.cp_async_commit_group()
+            groups = math.gcd(self.stage_groups, cfg.vecs_per_thread)
+            per_group = cfg.vecs_per_thread // groups
+            if const_expr(groups == 1):
+                if tXcX[0][0] < m:
+                    cute.copy(make_stage_copy(mX.element_type, cfg.vec), tXgX, tXsX, pred=tXpX)
+                cute.arch.cp_async_commit_group()
+            else:  # one commit group per `per_group` accesses, so the fold can start on the first
+                stage_copy = make_stage_copy(mX.element_type, cfg.vec)
+                for g in cutlass.range_constexpr(groups):
+                    if tXcX[0][0] < m:
+                        for k in cutlass.range_constexpr(g * per_group, (g + 1) * per_group):
+                            cute.copy(stage_copy, tXgX[None, None, k], tXsX[None, None, k],
+                                      pred=None if const_expr(tXpX is None) else tXpX[None, None, k])
+                    cute.arch.cp_async_commit_group()
             # wait_group makes this thread's own cp.async writes visible to this thread.
             # Every thread reads back exactly the elements it copied (the same partition
             # of the same tile, in the fold and in the epilogue), so no barrier is needed.
-            cute.arch.cp_async_wait_group(0)
             state = None
             for k in cutlass.range_constexpr(cfg.vecs_per_thread):
+                if const_expr(k % per_group == 0):  # the groups up to k's have landed
+                    cute.arch.cp_async_wait_group(groups - 1 - k // per_group)
                 part = op.fold(self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32)))
                 state = part if k == 0 else op.combine(state, part)
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import statistics
 import sys
 import time
 
@@ -170,6 +171,10 @@ def suite_reduction(args, ceil):
 
 
 def suite_op(op: str):
+    """Every implementation at every (dtype, N): built and called once (the first call, which
+    compiles), then timed in ``args.rounds`` rounds, the order alternating between rounds so
+    that no implementation always runs first or last; a row reports the median of its rounds
+    (each the median of 20 calls) and every round's time (``rounds_us``)."""
     def run(args, ceil):
         from kernels import compile as kc
         ns = OP_NS if not args.quick else [4096, 65536, 262144]
@@ -179,6 +184,7 @@ def suite_op(op: str):
             for n in ns:
                 m = rows_for(n)
                 nbytes = bytes_moved(op, m, n, torch.finfo(dt).bits // 8)
+                fns, extras, failed = {}, {}, {}
                 for impl, make in peer_impls(op):
                     try:
                         fn = make(m, n, dt)
@@ -187,18 +193,34 @@ def suite_op(op: str):
                         fn()
                         torch.cuda.synchronize()
                         first = time.perf_counter() - t0
-                        ms = H.time_ms(fn, warmup=3, rep=20)
-                        extra = {}
+                        extras[impl] = {}
                         if impl == "ours":
-                            extra = {"first_call_s": round(first, 3), "compiles": len(kc.cache()) - before}
+                            extras[impl] = {"first_call_s": round(first, 3), "compiles": len(kc.cache()) - before}
                             fn()
-                            extra["recompiles_after_first"] = len(kc.cache()) - before - extra["compiles"]
-                        rows.append(H.row(op, impl, name, m, n, nbytes, ms, ceiling, **extra))
+                            extras[impl]["recompiles_after_first"] = len(kc.cache()) - before - extras[impl]["compiles"]
+                        fns[impl] = fn
                     except Exception as e:  # a peer that cannot run this size
-                        rows.append(H.row(op, impl, name, m, n, nbytes, float("nan"), ceiling,
-                                          note=f"{type(e).__name__}: {str(e)[:80]}"))
+                        failed[impl] = f"{type(e).__name__}: {str(e)[:80]}"
+                times = {impl: [] for impl in fns}
+                order = list(fns)
+                for r in range(args.rounds):
+                    for impl in (order if r % 2 == 0 else order[::-1]):
+                        if impl in failed:
+                            continue
+                        try:
+                            times[impl].append(H.time_ms(fns[impl], warmup=3, rep=20))
+                        except Exception as e:
+                            failed[impl] = f"{type(e).__name__}: {str(e)[:80]}"
+                for impl, _ in peer_impls(op):
+                    if impl in failed:
+                        rows.append(H.row(op, impl, name, m, n, nbytes, float("nan"), ceiling, note=failed[impl]))
+                    else:
+                        rows.append(H.row(op, impl, name, m, n, nbytes, statistics.median(times[impl]), ceiling,
+                                          rounds_us=" ".join(f"{t * 1e3:.2f}" for t in times[impl]),
+                                          **extras[impl]))
                     print(rows[-1], flush=True)
-                    torch.cuda.empty_cache()
+                del fns
+                torch.cuda.empty_cache()
         return rows
     return run
 
@@ -218,6 +240,9 @@ def main(argv=None):
     p.add_argument("suites", nargs="+", choices=sorted(SUITES))
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="rmsnorm, softmax, cross_entropy: rounds of timing a point, the order of the "
+                        "implementations alternating (default 5)")
     p.add_argument("--ce-early-target", choices=["on", "off"], default=None,
                    help="cross-entropy: load the target during the row's loads (on) or after the "
                         "reduction (off); default: kernels.cross_entropy.EARLY_TARGET")
@@ -238,6 +263,9 @@ def main(argv=None):
             meta_ours["early_target"] = ce.EARLY_TARGET
         meta = H.metadata({**meta_ours, "suite": s, "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"],
                            "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
+                           **({"rounds": a.rounds, "timing": "median of the rounds (rounds_us), the order of the "
+                               "implementations alternating; each round the median of 20 calls after 3 warm-up"}
+                              if s in ("rmsnorm", "softmax", "cross_entropy") else {}),
                            **({"bytes_read": REDUCTION_BYTES} if s == "reduction" else {"total_elements": TOTAL})})
         path = H.write_suite(s, rows, meta, a.out)
         print(f"wrote {path} ({len(rows)} rows, {time.time() - t0:.0f} s)", flush=True)

@@ -1,0 +1,66 @@
+"""The suites' timing protocol (benchmarks.run.suite_op), without a GPU: every implementation is
+timed in alternating rounds, a row reports the median of its rounds, and a peer that cannot run
+a size gets a row with its error instead of a time."""
+import argparse
+
+import pytest
+import torch
+
+import benchmarks.harness as H
+import benchmarks.run as run
+
+
+def test_rounds_alternate_and_rows_report_their_median(monkeypatch):
+    calls = []
+
+    def make(name, fail_at=None):
+        def build(m, n, dt):
+            if fail_at is not None and n >= fail_at:
+                raise RuntimeError(f"{name} stops below {fail_at}")
+            return lambda: calls.append(name)
+        return build
+
+    monkeypatch.setattr(run, "peer_impls", lambda op: [("ours", make("ours")), ("peer", make("peer")),
+                                                       ("small", make("small", fail_at=4096))])
+    monkeypatch.setattr(run, "OP_NS", [1024, 4096])
+    monkeypatch.setattr(run, "DTYPES", {"bf16": torch.bfloat16})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    # each timing is the next of a fixed sequence per implementation, so the median is known
+    seqs = {"ours": iter([3.0, 1.0, 2.0, 5.0, 4.0] * 2), "peer": iter([9.0, 7.0, 8.0, 6.0, 10.0] * 2),
+            "small": iter([1.0, 1.0, 1.0, 1.0, 1.0])}
+    order = []
+
+    def fake_time(fn, warmup=5, rep=30):
+        calls.clear()
+        fn()
+        order.append(calls[0])
+        return next(seqs[calls[0]])
+
+    monkeypatch.setattr(H, "time_ms", fake_time)
+    rows = run.suite_op("rmsnorm")(argparse.Namespace(quick=False, rounds=5), {"copy": 4.0, "read": 4.5})
+    # N = 1024: three implementations, five rounds, the order reversed every other round
+    assert order[:15] == ["ours", "peer", "small", "small", "peer", "ours"] * 2 + ["ours", "peer", "small"]
+    by = {(r["impl"], r["N"]): r for r in rows}
+    assert by[("ours", 1024)]["us"] == 3000.0 and by[("peer", 1024)]["us"] == 8000.0
+    assert by[("ours", 1024)]["rounds_us"] == "3000.00 1000.00 2000.00 5000.00 4000.00"
+    assert by[("ours", 1024)]["first_call_s"] >= 0 and by[("ours", 1024)]["recompiles_after_first"] == 0
+    # N = 4096: the peer that cannot run it gets a row with no time and its error
+    small = by[("small", 4096)]
+    assert small["us"] != small["us"] and "stops below 4096" in small["note"]
+    assert [r["impl"] for r in rows if r["N"] == 4096] == ["ours", "peer", "small"]
+    assert order[15:] == ["ours", "peer", "peer", "ours", "ours", "peer", "peer", "ours", "ours", "peer"]
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+def test_one_or_two_rounds_time_each_implementation_that_often(monkeypatch, rounds):
+    monkeypatch.setattr(run, "peer_impls", lambda op: [("ours", lambda m, n, dt: (lambda: None)),
+                                                       ("peer", lambda m, n, dt: (lambda: None))])
+    monkeypatch.setattr(run, "OP_NS", [1024])
+    monkeypatch.setattr(run, "DTYPES", {"fp32": torch.float32})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(H, "time_ms", lambda fn, warmup=5, rep=30: 0.5)
+    rows = run.suite_op("cross_entropy")(argparse.Namespace(quick=False, rounds=rounds), {"copy": 4.0, "read": 4.5})
+    assert [len(r["rounds_us"].split()) for r in rows] == [rounds, rounds]
+    assert all(r["ceiling_tb_per_s"] == 4.5 for r in rows)  # cross-entropy against the read ceiling

@@ -147,10 +147,6 @@ STATE_LATENCY = {(16, 16): (2, 4, 4, 2), (16, 32): (6, 4, 4, 2)}
 #: the prep launch 548 us; C B^T there too 453 us (its scan kernel at 168 registers, 384 threads);
 #: 128 steps a block 688 us (spills).
 SCAN = dict(pre_cs=True, pre_cb=True, steps=64)
-#: Whether the three-kernel pass computes C B^T in its prep launch (stage 4, stored in the input
-#: dtype and read back by the chunk scan) or in the chunk scan itself, from C and B (data, so a
-#: benchmark can try both).
-FUSED = dict(pre_cb=True)
 #: The one-kernel pass needs sequences (b * h) to fill the GPU: each block walks one through all
 #: its steps. Below this many it loses to the three-kernel pass, whose state kernel is the only
 #: sequential part (H200, bf16: 32 sequences of 16k steps 491 against 261 us; 64 of 64k, 3707
@@ -307,12 +303,11 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     dts = torch.empty(b, h, nc, Q, **f32)
     cums = torch.empty(b, h, nc, Q, **f32)
     entering = torch.empty(b, nc, h, p, n, device=dev, dtype=x.dtype)
-    pre_cb = impl == "staged" or FUSED["pre_cb"]
-    cb = torch.empty(*((b, nc, g, Q, Q) if pre_cb else (1, 1, 1, 1, 1)), device=dev, dtype=x.dtype)  # a stand-in without
+    cb = torch.empty(b, nc, g, Q, Q, device=dev, dtype=x.dtype)
     bp, bn = state_tile(p, n, b * h)
     hb = head_block(h, Q)
     if impl == "fused":
-        r2 = (Q // BM) ** 2 if pre_cb else 0
+        r2 = (Q // BM) ** 2
         launches = [
             ("prep", (b * nc, h // hb + g * r2, 1),
              (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
@@ -328,7 +323,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n)),
         ]
     launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
-                     (x, C, cb if pre_cb else B, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D, pre_cb)))
+                     (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
     return launches, out, final
 
 

@@ -253,12 +253,9 @@ def segment_state_kernel(x, B, dts, cums, seg_states, seg_decay, nchunks, nseg, 
 
 # ---- stage 5, shared by both versions ------------------------------------------------------
 @ct.kernel
-def chunk_scan_kernel(x, C, cb_or_B, dts, cums, entering, D, out, nchunks, nheads: C_[int],
+def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_[int],
                       heads_per_group: C_[int], Q: C_[int], BM: C_[int], P: C_[int], NS: C_[int],
-                      HAS_D: C_[bool], PRE_CB: C_[bool]):
-    """Stage 5 for one (BM x P) tile of one chunk's output: from the state entering the chunk,
-    and from inside it. With PRE_CB, ``cb_or_B`` is C B^T from stage 4's launch; without, it is
-    B, and C B^T is computed here, one (BM x BM) tile per key tile."""
+                      HAS_D: C_[bool]):
     pid, mt = ct.bid(0), ct.bid(1)
     hi = pid % nheads
     c = (pid // nheads) % nchunks
@@ -276,11 +273,7 @@ def chunk_scan_kernel(x, C, cb_or_B, dts, cums, entering, D, out, nchunks, nhead
     for kt in range(mt + 1):
         cs_k = ct.load(cums, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
         d_k = ct.load(dts, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
-        if PRE_CB:
-            s = ct.load(cb_or_B, (bi, c, gi, mt, kt), shape=(1, 1, 1, BM, BM)).reshape((BM, BM)).astype(ct.float32)
-        else:
-            bk = ct.load(cb_or_B, (bi, c * r + kt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
-            s = ct.mma(cm, bk.transpose(), ct.zeros((BM, BM), dtype=ct.float32))
+        s = ct.load(cb, (bi, c, gi, mt, kt), shape=(1, 1, 1, BM, BM)).reshape((BM, BM)).astype(ct.float32)
         cols = kt * BM + ct.arange(BM, dtype=ct.int32)
         s = ct.where(rows[:, None] >= cols[None, :], s * ct.exp(cs_m[:, None] - cs_k[None, :]) * d_k[None, :], 0.0)
         xk = ct.load(x, (bi, c * r + kt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO).reshape((BM, P))

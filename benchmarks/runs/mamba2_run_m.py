@@ -13,6 +13,9 @@ its tuning there takes minutes). One line a result; M2OUT names a folder for res
 
     python3 benchmarks/runs/tilegym_precompile.py 3 64 15
     bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_m.py
+
+Ran at 2a1460c (book/data/mamba2_run_m.csv); 5e6a8fb removed ``ssd.FUSED`` (C B^T in the chunk scan
+lost at (1, 65536, 64)), so check that commit out to run it again.
 """
 import csv, faulthandler, os, statistics, sys, time
 faulthandler.dump_traceback_later(int(os.environ.get("WD", "480")), exit=True)

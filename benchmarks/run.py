@@ -243,13 +243,14 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5,
                    help="rmsnorm, softmax, cross_entropy: rounds of timing a point, the order of the "
                         "implementations alternating (default 5)")
-    p.add_argument("--ce-early-target", choices=["on", "off"], default=None,
-                   help="cross-entropy: load the target during the row's loads (on) or after the "
-                        "reduction (off); default: kernels.cross_entropy.EARLY_TARGET")
+    p.add_argument("--ce-early-target", choices=["on", "off", "split"], default=None,
+                   help="cross-entropy: load the target during the row's loads (on), after the "
+                        "reduction (off), or before the row and its logit after the fold (split); "
+                        "default: kernels.cross_entropy.EARLY_TARGET")
     a = p.parse_args(argv)
     ce = importlib.import_module("kernels.cross_entropy")  # the module: `import ... as` would give the package's function of that name
     if a.ce_early_target is not None:
-        ce.EARLY_TARGET = a.ce_early_target == "on"
+        ce.EARLY_TARGET = {"on": True, "off": False, "split": "split"}[a.ce_early_target]
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings (TB/s):", ceil, flush=True)
     for s in a.suites:

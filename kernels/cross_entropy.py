@@ -47,7 +47,7 @@ class CrossEntropy(RowKernel):
     keep_row = False
     writes_rows = False
 
-    def __init__(self, dtype, n: int, cfg: RowConfig, early_target: bool):
+    def __init__(self, dtype, n: int, cfg: RowConfig, early_target: bool | str):
         self.early_prologue = early_target
         super().__init__(dtype, n, cfg)
 
@@ -58,6 +58,24 @@ class CrossEntropy(RowKernel):
         x_t = Float32(0.0)
         if row < m:
             target = Int32(mT[row])
+            if target >= 0 and target < self.n:
+                x_t = Float32(mX[row, target])
+        return target, x_t
+
+    @cute.jit
+    def scalar_prologue_index(self, row, m, mT, ignore_index):
+        """early_target "split", before the row's loads: the row's target (ignore_index past M)."""
+        target = Int32(ignore_index)
+        if row < m:
+            target = Int32(mT[row])
+        return target
+
+    @cute.jit
+    def scalar_prologue_gather(self, target, row, m, mX, tidx, rank):
+        """early_target "split", after the fold: the target's logit, loaded by the thread that
+        writes the loss while the exchange runs."""
+        x_t = Float32(0.0)
+        if tidx % self.cfg.threads_per_row == 0 and rank == 0 and row < m:
             if target >= 0 and target < self.n:
                 x_t = Float32(mX[row, target])
         return target, x_t
@@ -85,7 +103,7 @@ class CrossEntropy(RowKernel):
 
 def compile_cross_entropy(dtype: torch.dtype, n: int, target_dtype: torch.dtype = torch.int64, *,
                           config: RowConfig | None = None, vec: int | None = None,
-                          early_target: bool | None = None):
+                          early_target: bool | str | None = None):
     cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=False, vec=vec)
     early = EARLY_TARGET if early_target is None else early_target
     ct = TORCH_TO_CUTE[dtype]
@@ -115,7 +133,7 @@ def _error_flag(device: torch.device, checked: bool) -> torch.Tensor:
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
                   reduction: str = "mean", *, check_target: bool = True,
-                  config: RowConfig | None = None, early_target: bool | None = None) -> torch.Tensor:
+                  config: RowConfig | None = None, early_target: bool | str | None = None) -> torch.Tensor:
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
     ``F.cross_entropy`` (fp32 accumulation; output fp32 for "none", else a scalar).
     ``config`` and ``early_target`` override the table and ``EARLY_TARGET``."""

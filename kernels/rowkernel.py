@@ -101,8 +101,10 @@ class RowKernel:
     writes_rows: bool = True  # False: one fp32 per row
     #: Issue ``scalar_prologue``'s loads right after the row's first loads, so that their
     #: round trips overlap the row's instead of following the reduction (False: just before
-    #: the epilogue, by the one thread that writes the row's result).
-    early_prologue: bool = False
+    #: the epilogue, by the one thread that writes the row's result). "split": in two steps,
+    #: ``scalar_prologue_index`` before the row's loads and ``scalar_prologue_gather`` (which
+    #: may depend on it) after the row is folded, before the exchange, by the writing thread.
+    early_prologue: bool | str = False
     #: A row staged in shared memory: how many of the weight's accesses are loaded ahead
     #: (None: WEIGHT_AHEAD, or all of them from WEIGHT_ALL_FROM accesses a thread).
     weight_ahead: int | None = None
@@ -131,6 +133,17 @@ class RowKernel:
         """Whatever a scalar epilogue loads besides the reduction (e.g. cross-entropy's target
         and its logit), handed to it as ``pre``; None by default."""
         return None
+
+    def scalar_prologue_index(self, row, m, mT, scalar):
+        """early_prologue "split": the first step of ``scalar_prologue``, issued before the
+        row's loads."""
+        raise NotImplementedError
+
+    def scalar_prologue_gather(self, index, row, m, mX, tidx, rank):
+        """early_prologue "split": the second step, from the first's result, issued after the
+        row's fold by the thread that writes the row (the first of the row's threads, in the
+        cluster's first block); returns ``pre``."""
+        raise NotImplementedError
 
     def scalar_epilogue(self, result, row, mX, mT, mErr, scalar, pre):
         raise NotImplementedError
@@ -270,6 +283,11 @@ class RowKernel:
         load = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
                                    num_bits_per_copy=cfg.vec * mX.element_type.width)
 
+        split = const_expr(self.early_prologue == "split" and not self.writes_rows)
+        index = None
+        if const_expr(split):
+            index = self.scalar_prologue_index(row, m, mT, scalar)
+
         # 1. load the row into registers and fold it (thread tier). A kept row is one
         # pass; a streamed row loops over passes, carrying only the folded tuple.
         tile = rank
@@ -306,7 +324,7 @@ class RowKernel:
             tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
             if tXcX[0][0] < m:
                 cute.copy(load, tXgX, tXrX, pred=tXpX)
-            if const_expr(self.early_prologue and not self.writes_rows):
+            if const_expr(self.early_prologue is True and not self.writes_rows):
                 pre = self.scalar_prologue(row, m, mX, mT, scalar)
             if const_expr(cfg.ahead and cfg.passes > 1):
                 state = self.stream_ahead(tXrX, gX, cX, rank, thr, even_n, m, load)
@@ -320,6 +338,9 @@ class RowKernel:
                     tXrX_p = cute.make_rmem_tensor_like(tXrX)  # a fresh buffer a pass
                     self.load_pass(tXrX_p, p, gX, cX, rank, thr, even_n, m, load)
                     state = op.combine(state, self.fold_buffer(tXrX_p))
+
+        if const_expr(split):
+            pre = self.scalar_prologue_gather(index, row, m, mX, tidx, rank)
 
         # The weight (a row broadcast over M). With few elements a thread it is loaded
         # before the reduction, its latency hidden behind the exchange; with many, after
@@ -367,4 +388,4 @@ class RowKernel:
             if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
                 # without early_prologue, the thread that writes loads what the epilogue needs here
                 mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar, pre if const_expr(
-                    self.early_prologue) else self.scalar_prologue(row, m, mX, mT, scalar))
+                    self.early_prologue is True or split) else self.scalar_prologue(row, m, mX, mT, scalar))

@@ -1,17 +1,23 @@
 """GPU-free: every kernel compiles for sm_90a, and its PTX and cubin show what the
 chapters claim (128-bit accesses, shuffles, shared memory, cluster exchange, no spills)."""
 
+import math
+import re
+
 import pytest
 
 from kernels.config import RowConfig, row_config, vector_width
 from kernels.cubin import kernel_resources
 from kernels.inspect import access_bits, inspect_op, main
+from kernels.rmsnorm import RMSNorm
 from kernels.rowkernel import WEIGHT_ALL_FROM
+from kernels.softmax import Softmax
 
 from _grid import NS  # the GPU tests' row lengths: every kernel they launch is checked here
 
 OPS = ["reduce_sum", "reduce_max", "rmsnorm", "softmax", "cross_entropy"]
 BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
+OP_CLASS = {"rmsnorm": RMSNorm, "softmax": Softmax}
 
 
 def test_access_bits():
@@ -81,7 +87,15 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
         assert not rep.has("global loads") if op == "softmax" else rep.widths("global loads") == {width}
     else:
         assert not rep.async_copy_bytes() and rep.widths("global loads") == {width}
-    assert rep.counts["async copy groups"] == {"cp.async.commit_group": 1, "cp.async.wait_group": 1}
+    # the copies in the op's commit groups, the fold waiting for each in turn (RMSNorm: two)
+    groups = math.gcd(OP_CLASS[op].stage_groups, cfg.vecs_per_thread)
+    assert groups == (2 if op == "rmsnorm" else 1)
+    # (with ragged N the compiler may copy a group's commit into both arms of the branch that
+    # skips rows past M, so a path still commits `groups` times)
+    commits = rep.counts["async copy groups"]["cp.async.commit_group"]
+    assert rep.counts["async copy groups"]["cp.async.wait_group"] == groups
+    assert commits == groups if n == cfg.cols_covered else groups <= commits <= 2 * groups - 1
+    assert [int(w) for w in re.findall(r"cp\.async\.wait_group\s+(\d+)", rep.ptx)] == list(range(groups - 1, -1, -1))
     assert width in rep.widths("shared loads") and width in rep.widths("global stores")
     assert cfg.cluster_n > 1 and not rep.has("block barriers")  # the cluster tier needs no bar.sync
     reg = inspect_op(op, dtype, n, config=row_config(n, BITS[dtype], keep_row=True, stage="reg"))

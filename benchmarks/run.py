@@ -246,7 +246,7 @@ def main(argv=None):
     p.add_argument("--ce-early-target", choices=["on", "off", "split"], default=None,
                    help="cross-entropy: load the target during the row's loads (on), after the "
                         "reduction (off), or before the row and its logit after the fold (split); "
-                        "default: kernels.cross_entropy.EARLY_TARGET")
+                        "default: the table's, kernels.config.CE_TARGET_ORDER")
     a = p.parse_args(argv)
     ce = importlib.import_module("kernels.cross_entropy")  # the module: `import ... as` would give the package's function of that name
     if a.ce_early_target is not None:
@@ -261,7 +261,8 @@ def main(argv=None):
         meta_ours = {"max_first_call_s": max(firsts), "recompiles_after_first_call":
                      sum(r.get("recompiles_after_first", 0) for r in rows)} if firsts else {}
         if s == "cross_entropy":
-            meta_ours["early_target"] = ce.EARLY_TARGET
+            meta_ours["early_target"] = "table (kernels.config.CE_TARGET_ORDER)" if ce.EARLY_TARGET is None \
+                else ce.EARLY_TARGET
         meta = H.metadata({**meta_ours, "suite": s, "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"],
                            "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
                            **({"rounds": a.rounds, "timing": "median of the rounds (rounds_us), the order of the "

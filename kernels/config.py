@@ -132,6 +132,20 @@ STREAM_TABLE = {
         (262144, 256, 256, 4, 8),
     ),
 }
+# Where cross-entropy loads each row's target and the target's logit, by the bound of the
+# STREAM_TABLE row an N takes (absent: after the reduction, by the thread that writes the loss,
+# False). "split": the target before the row's loads, the logit after the fold and before the
+# exchange, the order QuACK's kernel uses (`kernels.cross_entropy`). H200,
+# benchmarks/runs/target_split.py (book/data/target_split.csv, 5 alternating rounds beside
+# QuACK) and the suite run with "split" at every N right after it, as % of the read ceiling,
+# "split" against after the reduction: bf16 1k 95.06 / 94.86 against 94.51 (and 94.1 in the
+# suite before), 8k 96.26 / 96.21 against 95.87 (QuACK's 96.23: ahead in 3 and 5 rounds of 5),
+# 256k 95.29 / 95.24 against 94.90; fp32 8k 98.90 / 98.82 against 98.50 (16k, the same table row:
+# 98.15 either way), 32k 98.77 / 98.73 against 98.63 (64k, the same row: 98.48 against 98.41).
+# Elsewhere "split" lost, by up to 8.3 points (bf16 64k, 87.6%: clusters of 8 with loads ahead),
+# or was within 0.15 points.
+CE_TARGET_ORDER = {16: {1024: "split", 8192: "split", 262144: "split"}, 32: {16384: "split", 65536: "split"}}
+
 # An op whose own sweep found other shapes has its own complete table (same layout),
 # picked by ``row_config(..., op=...)``:
 #
@@ -287,6 +301,13 @@ def _lookup(table, elem_bits, n) -> tuple:
         if n <= entry[0]:
             return entry
     raise ValueError(f"N = {n} is past the largest supported row ({MAX_N})")
+
+
+def ce_target_order(n: int, elem_bits: int) -> bool | str:
+    """Cross-entropy's target order for rows of n elements (``CE_TARGET_ORDER``), by the bound
+    of the STREAM_TABLE row n takes."""
+    bound = _lookup(STREAM_TABLE, elem_bits, n)[0]
+    return CE_TARGET_ORDER[16 if elem_bits <= 16 else 32].get(bound, False)
 
 
 def _next_pow2(x: int) -> int:

@@ -27,18 +27,20 @@ from cutlass import Float32, Int32
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
-from .config import RowConfig, row_config
+from .config import RowConfig, ce_target_order, row_config
 from .reduce import LOG2_E, LOGSUMEXP2
 from .rowkernel import RowKernel
 
 
-#: Load each row's target and its logit while the row's own loads are in flight, instead of
-#: after the reduction (two dependent round trips, the logit's address depending on the
-#: target). Measured on the H200 (``benchmarks.sweep --prologue --table-only``,
-#: book/data/sweep_prologue.csv): ahead by at most about 0.5% of the read ceiling (noise-sized;
-#: bf16 1k: 72.9 against 72.7%), behind by up to 9 points for bf16 at 4k, 8k, 32k, 65k and 131k
-#: (32k: 77.8 against 86.7%). So it stays off.
-EARLY_TARGET = False
+#: Where the kernel loads each row's target and its logit: None takes the table's choice for
+#: the row length (``kernels.config.CE_TARGET_ORDER``); False after the reduction, by the thread
+#: that writes the loss (two dependent round trips, the logit's address depending on the
+#: target); True both right after the row's first loads; "split" the target before the row's
+#: loads and its logit after the fold, before the exchange. Early (True) measured on the H200
+#: (``benchmarks.sweep --prologue --table-only``, book/data/sweep_prologue.csv) ahead by at most
+#: about 0.5% of the read ceiling and behind by up to 9 points for bf16 at 4k-131k (32k: 77.8
+#: against 86.7%), so no row takes it; "split" is in the table where it measured ahead.
+EARLY_TARGET: bool | str | None = None
 LN_2 = math.log(2.0)
 
 
@@ -105,7 +107,8 @@ def compile_cross_entropy(dtype: torch.dtype, n: int, target_dtype: torch.dtype 
                           config: RowConfig | None = None, vec: int | None = None,
                           early_target: bool | str | None = None):
     cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=False, vec=vec)
-    early = EARLY_TARGET if early_target is None else early_target
+    early = early_target if early_target is not None else (
+        EARLY_TARGET if EARLY_TARGET is not None else ce_target_order(n, torch.finfo(dtype).bits))
     ct = TORCH_TO_CUTE[dtype]
     key = ("cross_entropy", str(dtype), str(target_dtype), n, cfg, early)
 
@@ -136,7 +139,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
                   config: RowConfig | None = None, early_target: bool | str | None = None) -> torch.Tensor:
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
     ``F.cross_entropy`` (fp32 accumulation; output fp32 for "none", else a scalar).
-    ``config`` and ``early_target`` override the table and ``EARLY_TARGET``."""
+    ``config`` and ``early_target`` (False, True or "split") override the tables."""
     validate.check_rows(logits, "logits", cuda=False)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")

@@ -24,11 +24,12 @@ def test_cross_entropy(n, dtype):
         _close(cross_entropy(x, t, reduction="none"), cross_entropy_reference(x, t, reduction="none"))
 
 
-@pytest.mark.parametrize("early", [False, True])
-@pytest.mark.parametrize("n", [1, 1000, 1024, 4097, 262144])
+@pytest.mark.parametrize("early", [False, True, "split"])
+@pytest.mark.parametrize("n", [1, 1000, 1024, 4097, 65536, 262144])
 def test_target_loaded_early_or_late(n, early):
-    """Both places the target and its logit may be loaded (EARLY_TARGET), with ignored rows,
-    and an out-of-range target still flagged."""
+    """Every place the target and its logit may be loaded (``early_target``: after the
+    reduction, with the row's first loads, or split around the row), with ignored rows, and an
+    out-of-range target still flagged."""
     m = 37
     x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
     t = torch.randint(0, n, (m,), device="cuda")

@@ -146,6 +146,44 @@ def test_cross_entropy_target_loads_before_the_fold_only_when_early(n):
         assert (target < fold) == early, f"early={early}: target load at line {target}, first exp at {fold}"
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("n", [1000, 1024, 8192, 65536, 262144])
+def test_cross_entropy_split_target_order(n, dtype):
+    """early_target="split" (QuACK's order): the target is the kernel's first global load,
+    before the row's 128-bit loads; its logit, the only other scalar load, comes after the
+    fold's first exponential and before the warp exchange's first butterfly shuffle; nothing
+    spills."""
+    rep = inspect_op("cross_entropy", dtype, n, early_target="split")
+    body = [ln.strip() for ln in rep.ptx.splitlines()]
+    loads = [i for i, ln in enumerate(body) if ln.startswith("ld.global")]
+    scalar = [i for i in loads if not body[i].startswith(("ld.global.v", "ld.global.nc.v"))]
+    wide = [i for i in loads if i not in scalar]
+    assert rep.frame_bytes == 0 and len(scalar) == 2
+    target, logit = scalar
+    assert target == loads[0] < wide[0], "the target is loaded first"
+    assert body[logit].startswith("ld.global.b16" if dtype == "bf16" else "ld.global.b32")
+    first_exp = next(i for i, ln in enumerate(body) if ln.startswith("ex2.approx"))
+    first_shfl = next(i for i, ln in enumerate(body) if ln.startswith("shfl.sync.bfly"))
+    assert first_exp < logit < first_shfl
+
+
+@pytest.mark.parametrize("n, bits, want", [(1024, 16, "split"), (1000, 16, "split"), (8192, 16, "split"),
+                                           (65536, 16, False), (262144, 16, "split"), (1024, 32, False),
+                                           (8192, 32, "split"), (16384, 32, "split"), (32768, 32, "split"),
+                                           (65536, 32, "split"), (131072, 32, False), (262144, 32, False)])
+def test_cross_entropy_target_order_comes_from_the_table(n, bits, want):
+    """Without early_target, a row length takes the table's order (kernels.config.CE_TARGET_ORDER,
+    keyed by the STREAM_TABLE row it falls in): the kernel compiled is the one asked for with it."""
+    import torch
+    from kernels.config import CE_TARGET_ORDER, STREAM_TABLE, ce_target_order
+    from kernels.cross_entropy import compile_cross_entropy
+    assert all(b in {row[0] for row in STREAM_TABLE[w]} for w, rows in CE_TARGET_ORDER.items() for b in rows)
+    assert ce_target_order(n, bits) == want
+    dt = torch.bfloat16 if bits == 16 else torch.float32
+    assert compile_cross_entropy(dt, n) is compile_cross_entropy(dt, n, early_target=want)
+    assert compile_cross_entropy(dt, n) is not compile_cross_entropy(dt, n, early_target=not want)
+
+
 @pytest.mark.parametrize("n", [32768, 131072, 262144])
 def test_loads_ahead_issue_the_next_pass_before_the_fold(n):
     """RowConfig.ahead: the second pass's 128-bit loads come before the first exp (without

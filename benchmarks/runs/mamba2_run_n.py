@@ -13,6 +13,9 @@ One line a result; M2OUT names a folder for results_n.csv.
 
     python3 benchmarks/runs/tilegym_precompile.py 3 64 15
     bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_n.py
+
+Ran at f75cf5c (book/data/mamba2_run_n.csv); the commit after its results removed
+``ssd.FUSED["ranges"]`` (it did not pay), so check f75cf5c out to run it again.
 """
 import csv, faulthandler, os, statistics, sys, time
 faulthandler.dump_traceback_later(int(os.environ.get("WD", "480")), exit=True)

@@ -147,11 +147,6 @@ STATE_LATENCY = {(16, 16): (2, 4, 4, 2), (16, 32): (6, 4, 4, 2)}
 #: the prep launch 548 us; C B^T there too 453 us (its scan kernel at 168 registers, 384 threads);
 #: 128 steps a block 688 us (spills).
 SCAN = dict(pre_cs=True, pre_cb=True, steps=64)
-#: The three-kernel pass may cut the state kernel's walk into ``ranges`` launches of consecutive
-#: chunks, on a stream of higher priority than the caller's, and launch the chunk scan of each range
-#: on the caller's stream as soon as the walk has passed it: the chunk scan (bandwidth-bound) then
-#: runs beside the walk (latency-bound, two blocks an SM). 1: one walk, then one chunk scan.
-FUSED = dict(ranges=1)
 #: The one-kernel pass needs sequences (b * h) to fill the GPU: each block walks one through all
 #: its steps. Below this many it loses to the three-kernel pass, whose state kernel is the only
 #: sequential part (H200, bf16: 32 sequences of 16k steps 491 against 261 us; 64 of 64k, 3707
@@ -311,17 +306,14 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     cb = torch.empty(b, nc, g, Q, Q, device=dev, dtype=x.dtype)
     bp, bn = state_tile(p, n, b * h)
     hb = head_block(h, Q)
-    hints = STATE_LATENCY.get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0))
-    ranges = min(FUSED["ranges"], nc) if impl == "fused" else 1
     if impl == "fused":
         r2 = (Q // BM) ** 2
         launches = [
             ("prep", (b * nc, h // hb + g * r2, 1),
              (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
+            ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init,
+                                                  *STATE_LATENCY.get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0)))),
         ]
-        if ranges == 1:
-            launches.append(("state", (b * h, p // bp, n // bn),
-                             (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init, *hints)))
     else:
         states = torch.empty(b, nc, h, p, n, **f32)
         launches = [
@@ -330,32 +322,8 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("state_passing", (b * h, p // bp, n // bn), (states, cums, init_, entering, final, nc, h, Q, bp, bn, has_init)),
             ("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n)),
         ]
-    if ranges == 1:
-        launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
-                         (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
-        return launches, out, final
-    # The walk in `ranges` launches on lane 1, each over views of one range of chunks (the state
-    # leaving a range handed to the next in fp32); then each range's chunk scan, over the same
-    # views, on lane 0 after the walk's launch that covers it. Same kernels, fewer chunks each.
-    bounds = [nc * k // ranges for k in range(ranges + 1)]
-
-    def views(k):
-        c0, c1 = bounds[k], bounds[k + 1]
-        t0, t1 = c0 * Q, min(c1 * Q, L)
-        return (c1 - c0, x[:, t0:t1], B[:, t0:t1], C[:, t0:t1], out[:, t0:t1], dts[:, :, c0:c1], cums[:, :, c0:c1],
-                entering[:, c0:c1], cb[:, c0:c1])
-    first_walk = len(launches)
-    state_in, has_in = init_, has_init
-    for k in range(ranges):
-        cnt, xk, Bk, _, _, dk, ck, ek, _ = views(k)
-        state_out = final if k == ranges - 1 else torch.empty(b, h, p, n, **f32)
-        launches.append(("state", (b * h, p // bp, n // bn),
-                         (xk, Bk, state_in, dk, ck, ek, state_out, cnt, h, r, Q, bp, bn, has_in, *hints), 1, None))
-        state_in, has_in = state_out, True
-    for k in range(ranges):
-        cnt, xk, _, Ck, ok, dk, ck, ek, cbk = views(k)
-        launches.append(("chunk_scan", (b * cnt * h, Q // BM, 1),
-                         (xk, Ck, cbk, dk, ck, ek, D_, ok, cnt, h, r, Q, BM, p, n, has_D), 0, first_walk + k))
+    launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
+                     (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
     return launches, out, final
 
 
@@ -374,43 +342,10 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, initial_states
     check_inputs(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias)
     K = _build(torch.finfo(x.dtype).bits)
     launches, out, final = plan(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias, dt_softplus, impl)
-    run_launches(launches, K, torch.cuda.current_stream(x.device))
+    stream = torch.cuda.current_stream(x.device)
+    for name, grid, args in launches:
+        ct.launch(stream, grid, K[name], args)
     return (out, final) if return_final_states else out
-
-
-_LANES: dict = {}
-
-
-def run_launches(launches, K, stream) -> None:
-    """Launch a plan. A launch ``(name, grid, args)`` goes to ``stream`` after everything before
-    it; one with ``(name, grid, args, lane, after)`` goes to lane 0 (``stream``) or lane 1 (a
-    stream of higher priority, forked from ``stream`` at its first launch), and, with ``after``
-    (an index into ``launches``), waits for that launch first. Lane 1 joins ``stream`` at the end."""
-    lane1, events = None, {}
-    waited = {launch[4] for launch in launches if len(launch) == 5 and launch[4] is not None}
-    for i, (name, grid, args, *sched) in enumerate(launches):
-        lane, after = sched if sched else (0, None)
-        s = stream
-        if lane == 1:
-            if lane1 is None:
-                key = (stream.device, stream.cuda_stream)
-                if key not in _LANES:
-                    _LANES[key] = torch.cuda.Stream(stream.device, priority=-1)
-                lane1 = _LANES[key]
-                lane1.wait_stream(stream)
-            s = lane1
-        if after is not None:
-            s.wait_event(events[after])
-        ct.launch(s, grid, K[name], args)
-        if lane == 1:  # memory allocated on `stream` and used on lane 1: not reused before lane 1 is done
-            for a in args:
-                if isinstance(a, torch.Tensor):
-                    a.record_stream(lane1)
-        if i in waited:
-            events[i] = torch.cuda.Event()
-            events[i].record(s)
-    if lane1 is not None:
-        stream.wait_stream(lane1)
 
 
 _TORCH_TO_TILE = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -454,7 +389,7 @@ def export_cubins(shape, dtype=torch.bfloat16, chunk_size=64, impl="auto", *, ng
         torch.empty(h, **f) if has_D else None, torch.empty(b, h, p, n, **f) if has_init else None,
         torch.empty(h, **f) if has_bias else None, dt_softplus, impl)
     cubins = {}
-    for name, _, args, *_ in launches:
+    for name, _, args in launches:
         buf = io.BytesIO()
         export_kernel(K[name], [_signature(K[name], args)], buf, gpu_code=gpu_code, output_format="cubin")
         cubins[name] = buf.getvalue()

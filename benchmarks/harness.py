@@ -39,6 +39,26 @@ def time_ms(fn, warmup: int = 5, rep: int = 30) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def time_rounds(fns: dict, rounds: int, warmup: int = 3, rep: int = 20, failed: dict | None = None) -> dict:
+    """Each of ``fns`` (key -> callable) timed ``rounds`` times with ``time_ms``, the order of the
+    keys reversed every other round, so that none is always first or last; returns key -> the
+    list of its milliseconds. With ``failed`` (a dict), a callable that raises is left out of the
+    later rounds and its error recorded there instead of raised."""
+    times = {k: [] for k in fns}
+    order = list(fns)
+    for r in range(rounds):
+        for k in (order if r % 2 == 0 else order[::-1]):
+            if failed is not None and k in failed:
+                continue
+            try:
+                times[k].append(time_ms(fns[k], warmup=warmup, rep=rep))
+            except Exception as e:
+                if failed is None:
+                    raise
+                failed[k] = f"{type(e).__name__}: {str(e)[:80]}"
+    return times
+
+
 def tbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e12
 

@@ -201,16 +201,7 @@ def suite_op(op: str):
                         fns[impl] = fn
                     except Exception as e:  # a peer that cannot run this size
                         failed[impl] = f"{type(e).__name__}: {str(e)[:80]}"
-                times = {impl: [] for impl in fns}
-                order = list(fns)
-                for r in range(args.rounds):
-                    for impl in (order if r % 2 == 0 else order[::-1]):
-                        if impl in failed:
-                            continue
-                        try:
-                            times[impl].append(H.time_ms(fns[impl], warmup=3, rep=20))
-                        except Exception as e:
-                            failed[impl] = f"{type(e).__name__}: {str(e)[:80]}"
+                times = H.time_rounds(fns, args.rounds, failed=failed)
                 for impl, _ in peer_impls(op):
                     if impl in failed:
                         rows.append(H.row(op, impl, name, m, n, nbytes, float("nan"), ceiling, note=failed[impl]))

@@ -64,3 +64,16 @@ def test_one_or_two_rounds_time_each_implementation_that_often(monkeypatch, roun
     rows = run.suite_op("cross_entropy")(argparse.Namespace(quick=False, rounds=rounds), {"copy": 4.0, "read": 4.5})
     assert [len(r["rounds_us"].split()) for r in rows] == [rounds, rounds]
     assert all(r["ceiling_tb_per_s"] == 4.5 for r in rows)  # cross-entropy against the read ceiling
+
+
+def test_time_rounds_records_a_failing_implementation_and_times_the_rest(monkeypatch):
+    monkeypatch.setattr(H, "time_ms", lambda fn, warmup=3, rep=20: fn())
+
+    def broken():
+        raise RuntimeError("cannot launch at this size")
+    failed = {}
+    times = H.time_rounds({"a": lambda: 1.0, "b": broken, "c": lambda: 2.0}, 4, failed=failed)
+    assert times == {"a": [1.0] * 4, "b": [], "c": [2.0] * 4}
+    assert failed == {"b": "RuntimeError: cannot launch at this size"}
+    with pytest.raises(RuntimeError, match="cannot launch"):
+        H.time_rounds({"b": broken}, 1)

@@ -29,6 +29,9 @@ from kernels.config import RowConfig, row_config  # noqa: E402
 
 POINTS = [("cross_entropy", "bf16", 1024), ("cross_entropy", "bf16", 8192), ("cross_entropy", "fp32", 1024),
           ("rmsnorm", "bf16", 4096), ("rmsnorm", "bf16", 65536), ("softmax", "bf16", 65536)]
+# Other points: POINTS="softmax:bf16:16384,rmsnorm:bf16:32768" (the run of afd2b60 used the list above).
+if os.environ.get("POINTS"):
+    POINTS = [(op, dt, int(n)) for op, dt, n in (p.split(":") for p in os.environ["POINTS"].split(","))]
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 OUT = os.environ.get("M2OUT", "/tmp")
 DT = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -134,7 +137,7 @@ def main():
     meta = H.metadata({"suite": "near_misses", "copy_ceiling_tb_per_s": ceil["copy"],
                        "read_ceiling_tb_per_s": ceil["read"], "rounds": ROUNDS,
                        "script": "benchmarks/runs/near_misses.py"})
-    print("wrote", H.write_suite("near_misses", rows, meta, OUT))
+    print("wrote", H.write_suite(os.environ.get("NAME", "near_misses"), rows, meta, OUT))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class RMSNorm(RowKernel):
 
 def compile_rmsnorm(dtype: torch.dtype, n: int, has_weight: bool = True, *, config: RowConfig | None = None,
                     vec: int | None = None):
-    cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=True, vec=vec)
+    cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=True, vec=vec, op="rmsnorm")
     ct = TORCH_TO_CUTE[dtype]
     key = ("rmsnorm", str(dtype), n, cfg, has_weight)
     return compile_once(key, lambda: (RMSNorm(ct, n, cfg), (

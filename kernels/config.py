@@ -87,21 +87,20 @@ KEEP_ROW_TABLE = {
 # one timing each: 96.5% against 96.1% (book/data/sweep_smem.csv), 97.0% against 96.4%
 # (benchmarks/runs/logs/sweep_smem_softmax_bf16_f0549d9.csv) and 96.9% against 96.0%
 # (`--smem --op softmax`, book/data/sweep_smem_softmax_bf16.csv).
+def _own_rows(own_16: dict) -> dict:
+    """KEEP_ROW_TABLE with an op's own 16-bit rows (by bound) in place of the shared ones."""
+    return {16: tuple(own_16.get(row[0], row) for row in KEEP_ROW_TABLE[16]), 32: KEEP_ROW_TABLE[32]}
+
+
 SOFTMAX_OWN_16 = {32768: (32768, 64, 128, 8), 131072: (131072, 512, 512, 8, "smem")}
-SOFTMAX_KEEP = {
-    16: tuple(SOFTMAX_OWN_16.get(row[0], row) for row in KEEP_ROW_TABLE[16]),
-    32: KEEP_ROW_TABLE[32],
-}
+SOFTMAX_KEEP = _own_rows(SOFTMAX_OWN_16)
 # RMSNorm (op "rmsnorm") stages its 16-bit rows of 16,385-32,768 in shared memory, 256 threads
 # a row and a cluster of 8 (two 128-bit accesses a thread, in two commit groups): 97.24% of the
 # copy ceiling against 96.76% for the shared shape (128 threads, a cluster of 8, in registers),
 # ahead of QuACK in five rounds of five against it (1.0097x against 1.0047x;
 # benchmarks/runs/near_misses.py with POINTS, book/data/near_misses_2.csv, H200, commit 13fc268).
 RMSNORM_OWN_16 = {32768: (32768, 256, 256, 8, "smem")}
-RMSNORM_KEEP = {
-    16: tuple(RMSNORM_OWN_16.get(row[0], row) for row in KEEP_ROW_TABLE[16]),
-    32: KEEP_ROW_TABLE[32],
-}
+RMSNORM_KEEP = _own_rows(RMSNORM_OWN_16)
 
 # Streaming kernels (a reduction that needs the row only once) fold the row in passes
 # of a few 128-bit accesses per thread, so a long row needs no cluster to fit in

@@ -60,8 +60,7 @@ class CrossEntropy(RowKernel):
         x_t = Float32(0.0)
         if row < m:
             target = Int32(mT[row])
-            if target >= 0 and target < self.n:
-                x_t = Float32(mX[row, target])
+            x_t = self.target_logit(target, row, mX)
         return target, x_t
 
     @cute.jit
@@ -78,9 +77,16 @@ class CrossEntropy(RowKernel):
         writes the loss while the exchange runs."""
         x_t = Float32(0.0)
         if tidx % self.cfg.threads_per_row == 0 and rank == 0 and row < m:
-            if target >= 0 and target < self.n:
-                x_t = Float32(mX[row, target])
+            x_t = self.target_logit(target, row, mX)
         return target, x_t
+
+    @cute.jit
+    def target_logit(self, target, row, mX):
+        """Row ``row``'s logit of class ``target`` where the target names a class, else 0."""
+        x_t = Float32(0.0)
+        if target >= 0 and target < self.n:
+            x_t = Float32(mX[row, target])
+        return x_t
 
     def loss(self, result, x_t):
         """The loss from the row's reduced pair, (M, s) with M = fl(max log2 e) and

@@ -59,6 +59,17 @@ def time_rounds(fns: dict, rounds: int, warmup: int = 3, rep: int = 20, failed: 
     return times
 
 
+def rounds_fields(times: dict, key, ref=None) -> dict:
+    """Row fields for ``key`` timed in rounds (``time_rounds``): every round in microseconds
+    (``rounds_us``) and, beside ``ref``, ref's median over key's (``x_<ref>``) and the rounds
+    in which key was the faster (``rounds_ahead_of_<ref>``)."""
+    fields = {"rounds_us": " ".join(f"{v * 1e3:.2f}" for v in times[key])}
+    if ref is not None:
+        fields[f"x_{ref}"] = round(statistics.median(times[ref]) / statistics.median(times[key]), 4)
+        fields[f"rounds_ahead_of_{ref}"] = sum(a < b for a, b in zip(times[key], times[ref]))
+    return fields
+
+
 def tbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e12
 

@@ -207,7 +207,7 @@ def suite_op(op: str):
                         rows.append(H.row(op, impl, name, m, n, nbytes, float("nan"), ceiling, note=failed[impl]))
                     else:
                         rows.append(H.row(op, impl, name, m, n, nbytes, statistics.median(times[impl]), ceiling,
-                                          rounds_us=" ".join(f"{t * 1e3:.2f}" for t in times[impl]),
+                                          **H.rounds_fields(times, impl),
                                           **extras[impl]))
                     print(rows[-1], flush=True)
                 del fns

@@ -77,3 +77,10 @@ def test_time_rounds_records_a_failing_implementation_and_times_the_rest(monkeyp
     assert failed == {"b": "RuntimeError: cannot launch at this size"}
     with pytest.raises(RuntimeError, match="cannot launch"):
         H.time_rounds({"b": broken}, 1)
+
+
+def test_rounds_fields_against_a_reference():
+    times = {"ours": [0.001, 0.003, 0.002], "quack": [0.002, 0.002, 0.002]}
+    f = H.rounds_fields(times, "ours", "quack")
+    assert f == {"rounds_us": "1.00 3.00 2.00", "x_quack": 1.0, "rounds_ahead_of_quack": 1}
+    assert H.rounds_fields(times, "quack") == {"rounds_us": "2.00 2.00 2.00"}

@@ -62,20 +62,13 @@ def main():
         quack = dict(peer_impls("cross_entropy"))["quack"](m, N, dt)
         quack()
         fns["quack"] = quack
-        order_ = list(fns)
-        times = {k: [] for k in order_}
-        for r in range(ROUNDS):
-            for k in (order_ if r % 2 == 0 else order_[::-1]):
-                times[k].append(H.time_ms(fns[k], warmup=3, rep=20))
-        q = statistics.median(times["quack"])
+        times = H.time_rounds(fns, ROUNDS)
         point = []
-        for k in order_:
-            med = statistics.median(times[k])
+        for k in fns:
             rr = H.row("cross_entropy", "quack" if k == "quack" else "ours", dname, m, N,
-                       bytes_moved("cross_entropy", m, N, x.element_size()), med, ceiling,
+                       bytes_moved("cross_entropy", m, N, x.element_size()), statistics.median(times[k]), ceiling,
                        variant="" if k == "quack" else f"{k[0]} early_target={k[1]}", picked=(k == table),
-                       x_quack=round(q / med, 4), rounds_us=" ".join(f"{v * 1e3:.2f}" for v in times[k]),
-                       rounds_ahead_of_quack=sum(a < b for a, b in zip(times[k], times["quack"])))
+                       **H.rounds_fields(times, k, "quack"))
             rows.append(rr)
             point.append(rr)
         point.sort(key=lambda r: r["us"])

@@ -25,7 +25,7 @@ from benchmarks.bytes import bytes_moved  # noqa: E402
 from benchmarks.peers import peer_impls  # noqa: E402
 from benchmarks.run import rows_for  # noqa: E402
 from benchmarks.sweep import cfg_for, reduce_candidates, smem_candidates  # noqa: E402
-from kernels.config import RowConfig, row_config  # noqa: E402
+from kernels.config import row_config  # noqa: E402
 
 POINTS = [("cross_entropy", "bf16", 1024), ("cross_entropy", "bf16", 8192), ("cross_entropy", "fp32", 1024),
           ("rmsnorm", "bf16", 4096), ("rmsnorm", "bf16", 65536), ("softmax", "bf16", 65536)]
@@ -112,20 +112,12 @@ def main():
         quack = dict(peer_impls(op))["quack"](m, n, dt)
         quack()
         fns["quack"] = quack
-        times = {k: [] for k in fns}
-        order = list(fns)
-        for r in range(ROUNDS):
-            for k in (order if r % 2 == 0 else order[::-1]):
-                times[k].append(H.time_ms(fns[k], warmup=3, rep=20))
-        q = statistics.median(times["quack"])
+        times = H.time_rounds(fns, ROUNDS)
         point = []
-        for k in order:
-            med = statistics.median(times[k])
-            wins = sum(a < b for a, b in zip(times[k], times["quack"]))
-            r = H.row(op, "quack" if k == "quack" else "ours", dname, m, n, nbytes, med, ceiling,
-                      variant="" if k == "quack" else str(k), picked=(k == table),
-                      rounds_us=" ".join(f"{v * 1e3:.2f}" for v in times[k]), x_quack=round(q / med, 4),
-                      rounds_ahead_of_quack=wins, max_err="" if k == "quack" else f"{errs[k]:.2e}")
+        for k in fns:
+            r = H.row(op, "quack" if k == "quack" else "ours", dname, m, n, nbytes, statistics.median(times[k]),
+                      ceiling, variant="" if k == "quack" else str(k), picked=(k == table),
+                      **H.rounds_fields(times, k, "quack"), max_err="" if k == "quack" else f"{errs[k]:.2e}")
             rows.append(r)
             point.append(r)
         point.sort(key=lambda r: r["us"])

@@ -91,14 +91,11 @@ def main():
                 torch.cuda.synchronize()
                 errs[g] = float(((y[:8].double() - ref).abs().max() / ref.abs().max()))
                 assert errs[g] < 2e-2, (op, dt, n, g, errs[g])
-            times = {g: [] for g in gs}
-            for r in range(ROUNDS):
-                for g in (gs if r % 2 == 0 else gs[::-1]):
-                    times[g].append(H.time_ms(fns[g], warmup=3, rep=20))
+            times = H.time_rounds(fns, ROUNDS)
             for g in gs:
                 rr = H.row(op, "ours", dt, m, n, bytes_moved(op, m, n, x.element_size()), statistics.median(times[g]),
-                           ceiling, variant=f"stage_groups={g}", registers=regs[g],
-                           rounds_us=" ".join(f"{v * 1e3:.2f}" for v in times[g]), max_rel_err=f"{errs[g]:.2e}")
+                           ceiling, variant=f"stage_groups={g}", registers=regs[g], **H.rounds_fields(times, g),
+                           max_rel_err=f"{errs[g]:.2e}")
                 rows.append(rr)
                 print(f"{op} {dt} N={n:>6} G={g}: {rr['frac_of_ceiling']:.4f} regs {regs[g]} err {errs[g]:.2e} "
                       f"rounds {rr['rounds_us']}", flush=True)

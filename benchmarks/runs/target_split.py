@@ -52,20 +52,12 @@ def main():
             quack = dict(peer_impls("cross_entropy"))["quack"](m, n, dt)
             quack()
             fns["quack"] = quack
-            order = list(fns)
-            times = {k: [] for k in order}
-            for r in range(ROUNDS):
-                for k in (order if r % 2 == 0 else order[::-1]):
-                    times[k].append(H.time_ms(fns[k], warmup=3, rep=20))
-            q = statistics.median(times["quack"])
+            times = H.time_rounds(fns, ROUNDS)
             line = []
-            for k in order:
-                med = statistics.median(times[k])
+            for k in fns:
                 rr = H.row("cross_entropy", "quack" if k == "quack" else "ours", dname, m, n,
-                           bytes_moved("cross_entropy", m, n, x.element_size()), med, ceiling,
-                           variant="" if k == "quack" else f"early_target={k}", x_quack=round(q / med, 4),
-                           rounds_us=" ".join(f"{v * 1e3:.2f}" for v in times[k]),
-                           rounds_ahead_of_quack=sum(a < b for a, b in zip(times[k], times["quack"])),
+                           bytes_moved("cross_entropy", m, n, x.element_size()), statistics.median(times[k]), ceiling,
+                           variant="" if k == "quack" else f"early_target={k}", **H.rounds_fields(times, k, "quack"),
                            max_abs_err="" if k == "quack" else f"{errs[k]:.2e}")
                 rows.append(rr)
                 line.append(f"{k}: {rr['frac_of_ceiling'] * 100:.2f}% x{rr['x_quack']:.4f} "

@@ -146,7 +146,8 @@ STREAM_TABLE = {
 # False). "split": the target before the row's loads, the logit after the fold and before the
 # exchange, the order QuACK's kernel uses (`kernels.cross_entropy`). H200,
 # benchmarks/runs/target_split.py (book/data/target_split.csv, 5 alternating rounds beside
-# QuACK) and the suite run with "split" at every N right after it, as % of the read ceiling,
+# QuACK) and the suite run with "split" at every N right after it (book/data/
+# cross_entropy_split_everywhere.csv), as % of the read ceiling,
 # "split" against after the reduction: bf16 1k 95.06 / 94.86 against 94.51 (and 94.1 in the
 # suite before), 8k 96.26 / 96.21 against 95.87 (QuACK's 96.23: ahead in 3 and 5 rounds of 5),
 # 256k 95.29 / 95.24 against 94.90; fp32 8k 98.90 / 98.82 against 98.50 (16k, the same table row:

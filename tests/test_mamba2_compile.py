@@ -96,19 +96,3 @@ def test_state_latency_hints_reach_the_state_kernel(monkeypatch):
     plain = export_cubins(shape, torch.bfloat16, 64, "fused")["state"]
     assert kernel_resources(hinted)[0].frame_bytes == 0
     assert text_hash(hinted) != text_hash(plain)
-
-
-@pytest.mark.parametrize("carry", [2, 4])
-def test_chunk_scan_carrying_the_state_compiles_without_spills(carry, monkeypatch):
-    """``ssd.CARRY_CHUNKS``: the chunk scan carries an fp32 (64 x 128) state over the chunks between
-    the stored ones, still on wgmma and in registers; the state kernel stores every carry-th state."""
-    from kernels.mamba2 import export_cubins, ssd
-    monkeypatch.setattr(ssd, "CARRY_CHUNKS", {(16, 64): carry})
-    cubins = export_cubins((1, 4096, 64, 64, 128), torch.bfloat16, 64, "fused")
-    for name in ("state", "chunk_scan"):
-        (res,) = kernel_resources(cubins[name])
-        assert res.frame_bytes == 0 and b"wgmma.mma_async" in cubins[name], name
-    monkeypatch.setattr(ssd, "CARRY_CHUNKS", {})
-    assert kernel_resources(export_cubins((1, 4096, 64, 64, 128), torch.bfloat16, 64, "fused")["chunk_scan"])[0] \
-        .registers < res.registers  # the carried state is what the extra registers hold
-

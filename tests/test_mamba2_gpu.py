@@ -164,26 +164,6 @@ def test_one_kernel_pass_in_segments(L, segments, monkeypatch):
 
 
 @gpu_test
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("carry", [2, 3, 4])
-@pytest.mark.parametrize("L", [700, 1024])
-def test_chunk_scan_carries_the_state(L, carry, dtype, monkeypatch):
-    """The three-kernel pass with the states stored every ``carry`` chunks (forced here;
-    ``ssd.CARRY_CHUNKS`` is the table), the chunk scan carrying them over the chunks between:
-    11 chunks of 64 at L = 700 leave a last group of 2, 3 or 3 chunks, and 16 at L = 1024 a
-    last group that is whole or of 1."""
-    from kernels.mamba2 import ssd as ssd_module
-    bits = torch.finfo(dtype).bits
-    monkeypatch.setattr(ssd_module, "CARRY_CHUNKS", {(bits, 64): carry})
-    args, kw = make_inputs(2, L, H, 64, 128, 2, dtype, seed=seed(L, carry, bits), D=True, initial_states=True,
-                           dt_bias=True, dt_softplus=True)
-    launches = ssd_module.plan(*args, 64, **kw, impl="fused")[0]
-    assert launches[-1][1][0] == 2 * H * math.ceil(math.ceil(L / 64) / carry)  # one block per stored state
-    out, state = ssd(*args, 64, **kw, return_final_states=True, impl="fused")
-    check(out, state, reference(args, kw), dtype, (2, L, H, 64, 128), f"L={L} carry={carry}")
-
-
-@gpu_test
 @pytest.mark.parametrize("impl", IMPLS)
 def test_final_states_only_when_asked(impl):
     args, kw = make_inputs(2, 128, H, 64, 64, 1, torch.bfloat16, seed=3)

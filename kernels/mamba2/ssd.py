@@ -210,20 +210,6 @@ def scan_tile(p: int, work: int) -> int:
     return bp
 
 
-#: Chunks one block of the three-kernel pass's chunk scan takes in turn, by (input bits, chunk
-#: size) for chunks of at most 64 steps (whole chunks a block); absent means 1. The state kernel
-#: stores the state entering every k-th chunk only, and the chunk scan carries it (in fp32) over
-#: the chunks between, so the stored states, which the state kernel writes and the chunk scan
-#: reads back, are k times fewer.
-CARRY_CHUNKS: dict[tuple[int, int], int] = {}
-
-
-def carry_chunks(impl: str, bits: int, chunk_size: int) -> int:
-    """Chunks one chunk-scan block takes (``CARRY_CHUNKS``): 1 but for the three-kernel pass."""
-    whole = chunk_size == _tile_block(chunk_size)
-    return CARRY_CHUNKS.get((bits, chunk_size), 1) if impl == "fused" and whole else 1
-
-
 def check_inputs(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None):
     """Raise a clear error for anything the kernels do not take; return (b, L, h, p, g, n)."""
     tensors = dict(x=x, dt=dt, A=A, B=B, C=C, D=D, initial_states=initial_states, dt_bias=dt_bias)
@@ -316,9 +302,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
 
     dts = torch.empty(b, h, nc, Q, **f32)
     cums = torch.empty(b, h, nc, Q, **f32)
-    ks = carry_chunks(impl, torch.finfo(x.dtype).bits, Q)
-    ns = math.ceil(nc / ks)  # states stored for the chunk scan
-    entering = torch.empty(b, ns, h, p, n, device=dev, dtype=x.dtype)
+    entering = torch.empty(b, nc, h, p, n, device=dev, dtype=x.dtype)
     cb = torch.empty(b, nc, g, Q, Q, device=dev, dtype=x.dtype)
     bp, bn = state_tile(p, n, b * h)
     hb = head_block(h, Q)
@@ -328,8 +312,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("prep", (b * nc, h // hb + g * r2, 1),
              (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
             ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init,
-                                                  *STATE_LATENCY.get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0)),
-                                                  ks)),
+                                                  *STATE_LATENCY.get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0)))),
         ]
     else:
         states = torch.empty(b, nc, h, p, n, **f32)
@@ -339,8 +322,8 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("state_passing", (b * h, p // bp, n // bn), (states, cums, init_, entering, final, nc, h, Q, bp, bn, has_init)),
             ("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n)),
         ]
-    launches.append(("chunk_scan", (b * ns * h, Q // BM, 1),
-                     (x, B, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D, ks)))
+    launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
+                     (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
     return launches, out, final
 
 

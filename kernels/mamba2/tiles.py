@@ -147,20 +147,16 @@ def prep_kernel(dt, dt_bias, A, dts, cums, C, B, cb, seqlen, nchunks, head_block
 @ct.kernel
 def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int], heads_per_group: C_[int],
                  Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool], LX: C_[int], LB: C_[int], LD: C_[int],
-                 LS: C_[int], KS: C_[int]):
+                 LS: C_[int]):
     """Stages 2 and 3 in one loop over the chunks: a block carries one (BP x BN) tile of one
     head's state through the sequence; chunk states never leave the registers, and only the
-    state entering every KS-th chunk is stored (for stage 5, which carries it over the KS
-    chunks). LX, LB, LD and LS: latency hints of the
+    state entering each chunk is stored (for stage 5). LX, LB, LD and LS: latency hints of the
     loads of x, of B, of the step sizes and of the stored states (``chunk_inputs``)."""
     bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
     bi, hi = bh // nheads, bh % nheads
     h = initial_state(init, bi, hi, pt, nt, BP, BN, HAS_INIT)
     for c in range(nchunks):
-        if KS == 1:
-            store_state(entering, h, bi, c, hi, pt, nt, BP, BN, LS)
-        elif c % KS == 0:
-            store_state(entering, h, bi, c // KS, hi, pt, nt, BP, BN, LS)
+        store_state(entering, h, bi, c, hi, pt, nt, BP, BN, LS)
         h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN, LX, LB, LD)
     ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
 
@@ -256,16 +252,20 @@ def segment_state_kernel(x, B, dts, cums, seg_states, seg_decay, nchunks, nseg, 
 
 
 # ---- stage 5, shared by both versions ------------------------------------------------------
-def chunk_out(x, C, cb, dts, cums, entering, st, D, out, bi, hi, gi, c, mt, Q: C_[int], BM: C_[int], P: C_[int],
-              NS: C_[int], HAS_D: C_[bool], KS: C_[int]):
-    """Stage 5 for rows [mt BM, (mt + 1) BM) of chunk c, from the (P x NS) state entering it:
-    stored (``entering``) with KS = 1, else the state ``st`` carried by the caller."""
+@ct.kernel
+def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_[int],
+                      heads_per_group: C_[int], Q: C_[int], BM: C_[int], P: C_[int], NS: C_[int],
+                      HAS_D: C_[bool]):
+    pid, mt = ct.bid(0), ct.bid(1)
+    hi = pid % nheads
+    c = (pid // nheads) % nchunks
+    bi = pid // (nheads * nchunks)
+    gi = hi // heads_per_group
     r = Q // BM
     # from the state entering the chunk: exp(cs_i) * (C_i . state)
     cs_m = ct.load(cums, (bi, hi, c, mt), shape=(1, 1, 1, BM)).reshape((BM,))
     cm = ct.load(C, (bi, c * r + mt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
-    if KS == 1:
-        st = ct.load(entering, (bi, c, hi, 0, 0), shape=(1, 1, 1, P, NS)).reshape((P, NS))
+    st = ct.load(entering, (bi, c, hi, 0, 0), shape=(1, 1, 1, P, NS)).reshape((P, NS))
     acc = ct.mma(cm, st.transpose().astype(cm.dtype), ct.zeros((BM, P), dtype=ct.float32))
     acc = acc * ct.exp(cs_m)[:, None]
     # from inside the chunk: sum over key tiles kt <= mt of (CB o decay o dt) x
@@ -282,32 +282,6 @@ def chunk_out(x, C, cb, dts, cums, entering, st, D, out, bi, hi, gi, c, mt, Q: C
         xm = ct.load(x, (bi, c * r + mt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO).reshape((BM, P))
         acc = acc + ct.load(D, (hi,), shape=()).astype(ct.float32) * xm.astype(ct.float32)
     ct.store(out, (bi, c * r + mt, hi, 0), acc.reshape((1, BM, 1, P)).astype(out.dtype))
-
-
-@ct.kernel
-def chunk_scan_kernel(x, B, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_[int],
-                      heads_per_group: C_[int], Q: C_[int], BM: C_[int], P: C_[int], NS: C_[int],
-                      HAS_D: C_[bool], KS: C_[int]):
-    """Stage 5. A block takes KS chunks in turn from one stored state (the state kernel stores
-    the state entering every KS-th chunk): after each chunk it carries the state on in fp32
-    (stages 2 and 3, ``chunk_state``), so the stored states are KS times fewer. KS > 1 needs
-    whole chunks a block (BM = Q)."""
-    pid, mt = ct.bid(0), ct.bid(1)
-    hi = pid % nheads
-    nstored = (nchunks + KS - 1) // KS
-    j = (pid // nheads) % nstored
-    bi = pid // (nheads * nstored)
-    gi = hi // heads_per_group
-    if KS == 1:
-        chunk_out(x, C, cb, dts, cums, entering, None, D, out, bi, hi, gi, j, mt, Q, BM, P, NS, HAS_D, KS)
-    else:
-        st = ct.load(entering, (bi, j, hi, 0, 0), shape=(1, 1, 1, P, NS)).reshape((P, NS)).astype(ct.float32)
-        for k in range(KS):
-            c = j * KS + k
-            if c < nchunks:
-                chunk_out(x, C, cb, dts, cums, entering, st, D, out, bi, hi, gi, c, mt, Q, BM, P, NS, HAS_D, KS)
-                if k + 1 < KS:
-                    st = chunk_state(x, B, dts, cums, st, bi, hi, gi, c, 0, 0, Q, P, NS, 0, 0, 0)
 
 
 KERNELS = dict(cumsum=cumsum_kernel, chunk_state=chunk_state_kernel, state_passing=state_passing_kernel,

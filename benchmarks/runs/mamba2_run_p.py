@@ -1,0 +1,44 @@
+"""Sixteenth GPU pass on the cuTile SSD: how the state kernel walks (``ssd.STATE_WALK``).
+
+Runs L-O left ours and TileGym tuned level on (1, 65536, 64) at chunk 64, each about half in
+its state kernel (ours 620-695 us of 1280-1320). That kernel's 256 blocks (a (64, 32) tile of one
+head's state each) walk 1024 chunks in turn: about 620 ns a chunk, for 8 KB of x, 4 KB of B and
+a 4 KB store. Here it walks three other ways, each with the shipped latency hints and with none:
+WALK 1 takes the decayed state off the product's chain (h exp(last) + x^T (B w), the product
+from zero); WALK 2 loads the next chunk's inputs before the chunk's product (prefetch, one chunk
+ahead); WALK 3 both. Ours against TileGym tuned in six alternating rounds (``mamba2_race.race``),
+then the same variants on (4, 16384, 8) at chunks 64 and 128. M2OUT names a folder for
+results_p.csv.
+
+    python3 benchmarks/runs/tilegym_precompile.py 3 64 15
+    bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_p.py
+"""
+import csv, faulthandler, os, sys
+faulthandler.dump_traceback_later(int(os.environ.get("WD", "480")), exit=True)
+sys.path.insert(0, ".")
+from benchmarks.runs.mamba2_race import FIELDS, race, say
+from kernels.mamba2 import ssd
+
+OUT = os.environ.get("M2OUT", "/tmp")
+rows = []
+NONE = {k: (0, 0, 0, 0) for k in ssd.STATE_LATENCY}
+
+
+def variants():
+    v = {f"walk{w}": dict(STATE_WALK=w) for w in (0, 1, 2, 3)}
+    v.update({f"walk{w}_nohint": dict(STATE_WALK=w, STATE_LATENCY=NONE) for w in (0, 2, 3)})
+    return v
+
+
+def write():
+    with open(os.path.join(OUT, "results_p.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader(); w.writerows(rows)
+
+
+race(rows, 3, 64, {**variants(), "tilegym": None})
+write()
+for chunk in (64, 128):
+    race(rows, 2, chunk, variants())
+    write()
+say("done")

@@ -138,10 +138,6 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
 #: rugged (neighbouring hints cost up to 1850 us), so these are measured points, not a trend.
 #: The suite then re-measured (4, 16384, 8) with (2, 4, 4, 2): 213.2 us at chunk 128 (commit 7b8dff1).
 STATE_LATENCY = {(16, 16): (2, 4, 4, 2), (16, 32): (6, 4, 4, 2)}
-#: How the state kernel walks (its WALK constant, bits): 0 as measured above; 1 adds the decayed
-#: state after the chunk's product instead of accumulating into it; 2 loads the next chunk's
-#: inputs before the chunk's product. Data, for a benchmark to try them.
-STATE_WALK = 0
 
 
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
@@ -316,8 +312,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("prep", (b * nc, h // hb + g * r2, 1),
              (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
             ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init,
-                                                  *STATE_LATENCY.get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0)),
-                                                  STATE_WALK)),
+                                                  *STATE_LATENCY.get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0)))),
         ]
     else:
         states = torch.empty(b, nc, h, p, n, **f32)

@@ -147,37 +147,17 @@ def prep_kernel(dt, dt_bias, A, dts, cums, C, B, cb, seqlen, nchunks, head_block
 @ct.kernel
 def state_kernel(x, B, init, dts, cums, entering, final, nchunks, nheads: C_[int], heads_per_group: C_[int],
                  Q: C_[int], BP: C_[int], BN: C_[int], HAS_INIT: C_[bool], LX: C_[int], LB: C_[int], LD: C_[int],
-                 LS: C_[int], WALK: C_[int]):
+                 LS: C_[int]):
     """Stages 2 and 3 in one loop over the chunks: a block carries one (BP x BN) tile of one
     head's state through the sequence; chunk states never leave the registers, and only the
     state entering each chunk is stored (for stage 5). LX, LB, LD and LS: latency hints of the
-    loads of x, of B, of the step sizes and of the stored states (``chunk_inputs``). WALK (bits):
-    1, the chunk's product starts from zero and the decayed state is added after it (off the
-    product's chain); 2, each step loads the next chunk's inputs before its own product."""
+    loads of x, of B, of the step sizes and of the stored states (``chunk_inputs``)."""
     bh, pt, nt = ct.bid(0), ct.bid(1), ct.bid(2)
     bi, hi = bh // nheads, bh % nheads
-    gi = hi // heads_per_group
     h = initial_state(init, bi, hi, pt, nt, BP, BN, HAS_INIT)
-    if WALK == 0:
-        for c in range(nchunks):
-            store_state(entering, h, bi, c, hi, pt, nt, BP, BN, LS)
-            h = chunk_state(x, B, dts, cums, h, bi, hi, gi, c, pt, nt, Q, BP, BN, LX, LB, LD)
-    else:
-        d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, 0, pt, nt, Q, BP, BN, LX, LB, LD)
-        for c in range(nchunks):
-            store_state(entering, h, bi, c, hi, pt, nt, BP, BN, LS)
-            if WALK & 2:
-                d2, cs2, last2, xc2, bc2 = chunk_inputs(x, B, dts, cums, bi, hi, gi, ct.minimum(c + 1, nchunks - 1),
-                                                        pt, nt, Q, BP, BN, LX, LB, LD)
-            else:
-                d, cs, last, xc, bc = chunk_inputs(x, B, dts, cums, bi, hi, gi, c, pt, nt, Q, BP, BN, LX, LB, LD)
-            bw = (bc.astype(ct.float32) * (ct.exp(last - cs) * d)[:, None]).astype(xc.dtype)
-            if WALK & 1:
-                h = h * ct.exp(last) + ct.mma(xc.transpose(), bw, ct.zeros((BP, BN), dtype=ct.float32))
-            else:
-                h = ct.mma(xc.transpose(), bw, h * ct.exp(last))
-            if WALK & 2:
-                d, cs, last, xc, bc = d2, cs2, last2, xc2, bc2
+    for c in range(nchunks):
+        store_state(entering, h, bi, c, hi, pt, nt, BP, BN, LS)
+        h = chunk_state(x, B, dts, cums, h, bi, hi, hi // heads_per_group, c, pt, nt, Q, BP, BN, LX, LB, LD)
     ct.store(final, (bi, hi, pt, nt), h.reshape((1, 1, BP, BN)))
 
 

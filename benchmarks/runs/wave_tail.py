@@ -1,0 +1,84 @@
+"""Is the gap at the longest rows the last wave? Bandwidth against M at a fixed row length. (H200)
+
+At N = 131072 and 262144 the suites (M x N = 2^28) leave RMSNorm and softmax 1-3 points under
+97% of the copy ceiling. A staged row of 128k-256k elements is split over a cluster of 4-16
+blocks of 32-64 KiB of shared memory each, so an SM holds only a few blocks and the GPU a few
+dozen rows at a time (at most about 58 rows of 512 KiB in 132 x 228 KiB). If the rows that
+fit at once do not divide M, the last wave runs part-empty; bandwidth against M then saws, with
+the period of the rows in flight, and the suite's M sits somewhere on the saw. Here each point's
+kernel (the table's shape) and torch's copy_ of the same bytes are timed at every M from
+M0 / 2 to 3 M0 / 2 in steps of STEP (M0 = 2^28 / N), in alternating order, ROUNDS rounds.
+One line a point: where the suite's M sits against the best and worst M near it. M2OUT names a
+folder for wave_tail.csv.
+
+    bash benchmarks/h200.sh run benchmarks/runs/wave_tail.py
+"""
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, ".")
+from benchmarks import harness as H  # noqa: E402
+from benchmarks.bytes import bytes_moved  # noqa: E402
+from benchmarks.run import rows_for  # noqa: E402
+
+POINTS = [("rmsnorm", "bf16", 262144), ("softmax", "bf16", 262144), ("rmsnorm", "bf16", 131072),
+          ("rmsnorm", "fp32", 262144), ("rmsnorm", "fp32", 131072), ("softmax", "fp32", 262144),
+          ("rmsnorm", "bf16", 65536)]
+if os.environ.get("POINTS"):
+    POINTS = [(op, dt, int(n)) for op, dt, n in (p.split(":") for p in os.environ["POINTS"].split(","))]
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+OUT = os.environ.get("M2OUT", "/tmp")
+DT = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def ours(op, x):
+    if op == "rmsnorm":
+        from kernels.rmsnorm import rmsnorm
+        w = torch.randn(x.shape[1], device="cuda", dtype=x.dtype)
+        return lambda: rmsnorm(x, w, 1e-6)
+    from kernels.softmax import softmax
+    return lambda: softmax(x)
+
+
+def main():
+    ceil = H.copy_ceiling()
+    print("copy ceiling", ceil, flush=True)
+    rows = []
+    for op, dname, n in POINTS:
+        dt = DT[dname]
+        m0 = rows_for(n)
+        step = int(os.environ.get("STEP", str(max(1, m0 // 64))))
+        ms = sorted(set(range(m0 // 2, 3 * m0 // 2 + 1, step)) | {m0})
+        big = torch.randn(max(ms), n, device="cuda", dtype=dt)
+        dst = torch.empty_like(big)
+        per_m = {}
+        for m in ms:
+            x, y = big[:m], dst[:m]
+            fns = {"ours": ours(op, x), "copy_": lambda x=x, y=y: y.copy_(x)}
+            fns["ours"]()
+            times = H.time_rounds(fns, ROUNDS)
+            nbytes = bytes_moved(op, m, n, dt.itemsize)
+            for k, t in times.items():
+                r = H.row(op, k, dname, m, n, nbytes, statistics.median(t), ceil, **H.rounds_fields(times, k))
+                rows.append(r)
+            per_m[m] = {k: r["frac_of_ceiling"] for k, r in zip(times, rows[-len(times):])}
+        near = [m for m in ms if abs(m - m0) <= m0 // 4]
+        best = max(near, key=lambda m: per_m[m]["ours"])
+        worst = min(near, key=lambda m: per_m[m]["ours"])
+        print(f"{op} {dname} {n}: M0={m0} ours {per_m[m0]['ours']:.4f} copy_ {per_m[m0]['copy_']:.4f}; "
+              f"within M0 +-25%: best M={best} {per_m[best]['ours']:.4f} (copy_ {per_m[best]['copy_']:.4f}), "
+              f"worst M={worst} {per_m[worst]['ours']:.4f}", flush=True)
+        print("  M: ours/copy_ " + " ".join(f"{m}:{per_m[m]['ours']:.3f}/{per_m[m]['copy_']:.3f}" for m in ms),
+              flush=True)
+        del big, dst
+        torch.cuda.empty_cache()
+    meta = H.metadata({"suite": "wave_tail", "copy_ceiling_tb_per_s": ceil, "rounds": ROUNDS,
+                       "script": "benchmarks/runs/wave_tail.py"})
+    print("wrote", H.write_suite("wave_tail", rows, meta, OUT))
+
+
+if __name__ == "__main__":
+    main()

@@ -91,20 +91,31 @@ KEEP_ROW_TABLE = {
 # thread): 96.76% of the copy ceiling against 96.10% for the shared shape, ahead of QuACK in
 # five rounds of five (1.0097x against 1.0028x; benchmarks/runs/near_misses.py with POINTS,
 # book/data/near_misses_2.csv, H200, commit 13fc268).
-def _own_rows(own_16: dict) -> dict:
-    """KEEP_ROW_TABLE with an op's own 16-bit rows (by bound) in place of the shared ones."""
-    return {16: tuple(own_16.get(row[0], row) for row in KEEP_ROW_TABLE[16]), 32: KEEP_ROW_TABLE[32]}
+def _own_rows(own: dict) -> dict:
+    """KEEP_ROW_TABLE with an op's own rows ({bits: {bound: row}}) in place of the shared ones."""
+    return {bits: tuple(own.get(bits, {}).get(row[0], row) for row in rows) for bits, rows in KEEP_ROW_TABLE.items()}
 
 
+# Softmax's fp32 rows of 65,537-131,072 want staging, 512 threads a row and a cluster of 16 (four
+# 128-bit accesses a thread): 97.81% of the copy ceiling against 96.91% for the shared shape (in
+# registers, 256 threads, a cluster of 16), ahead of the shared shape and of QuACK in five rounds
+# of five (benchmarks/runs/near_misses.py, book/data/near_misses_3.csv, H200, commit 20fb907).
 SOFTMAX_OWN_16 = {16384: (16384, 32, 128, 8), 32768: (32768, 64, 128, 8), 131072: (131072, 512, 512, 8, "smem")}
-SOFTMAX_KEEP = _own_rows(SOFTMAX_OWN_16)
+SOFTMAX_OWN_32 = {131072: (131072, 512, 512, 16, "smem")}
+SOFTMAX_KEEP = _own_rows({16: SOFTMAX_OWN_16, 32: SOFTMAX_OWN_32})
 # RMSNorm (op "rmsnorm") stages its 16-bit rows of 16,385-32,768 in shared memory, 256 threads
 # a row and a cluster of 8 (two 128-bit accesses a thread, in two commit groups): 97.24% of the
 # copy ceiling against 96.76% for the shared shape (128 threads, a cluster of 8, in registers),
 # ahead of QuACK in five rounds of five against it (1.0097x against 1.0047x;
 # benchmarks/runs/near_misses.py with POINTS, book/data/near_misses_2.csv, H200, commit 13fc268).
-RMSNORM_OWN_16 = {32768: (32768, 256, 256, 8, "smem")}
-RMSNORM_KEEP = _own_rows(RMSNORM_OWN_16)
+# Its bf16 rows of 4,097-8,192 want 64 threads a row, two rows a block and a cluster of 4 (four
+# accesses a thread): 97.81% against 96.76% for the shared shape (128 threads, a cluster of 2),
+# 1.0136x QuACK against 1.0027x; and its fp32 rows of 65,537-131,072 staged, 512 threads and a
+# cluster of 8 (eight accesses a thread): 97.01% against 96.82%, faster in five rounds of five
+# (benchmarks/runs/near_misses.py, book/data/near_misses_3.csv and _4.csv, H200, commit 20fb907).
+RMSNORM_OWN_16 = {8192: (8192, 64, 128, 4), 32768: (32768, 256, 256, 8, "smem")}
+RMSNORM_OWN_32 = {131072: (131072, 512, 512, 8, "smem")}
+RMSNORM_KEEP = _own_rows({16: RMSNORM_OWN_16, 32: RMSNORM_OWN_32})
 
 # Streaming kernels (a reduction that needs the row only once) fold the row in passes
 # of a few 128-bit accesses per thread, so a long row needs no cluster to fit in

@@ -8,8 +8,9 @@ fit at once do not divide M, the last wave runs part-empty; bandwidth against M 
 the period of the rows in flight, and the suite's M sits somewhere on the saw. Here each point's
 kernel (the table's shape) and torch's copy_ of the same bytes are timed at every M from
 M0 / 2 to 3 M0 / 2 in steps of STEP (M0 = 2^28 / N), in alternating order, ROUNDS rounds.
-One line a point: where the suite's M sits against the best and worst M near it. M2OUT names a
-folder for wave_tail.csv.
+One line a point: where the suite's M sits against the best and worst M near it. Cross-entropy
+(POINTS with op cross_entropy) is timed beside our read probe over the same bytes instead, as
+a fraction of the read ceiling. M2OUT names a folder for wave_tail.csv (NAME for another name).
 
     bash benchmarks/h200.sh run benchmarks/runs/wave_tail.py
 """
@@ -35,6 +36,10 @@ DT = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def ours(op, x):
+    if op == "cross_entropy":
+        from kernels.cross_entropy import cross_entropy
+        t = torch.randint(0, x.shape[1], (x.shape[0],), device="cuda")
+        return lambda: cross_entropy(x, t, reduction="none", check_target=False)
     if op == "rmsnorm":
         from kernels.rmsnorm import rmsnorm
         w = torch.randn(x.shape[1], device="cuda", dtype=x.dtype)
@@ -44,40 +49,49 @@ def ours(op, x):
 
 
 def main():
-    ceil = H.copy_ceiling()
-    print("copy ceiling", ceil, flush=True)
+    from kernels.hierarchy import read_probe
+    ceils = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
+    print("ceilings", ceils, flush=True)
     rows = []
     for op, dname, n in POINTS:
         dt = DT[dname]
         m0 = rows_for(n)
         step = int(os.environ.get("STEP", str(max(1, m0 // 64))))
+        reads = op == "cross_entropy"
+        ceil, ref = ceils["read" if reads else "copy"], "read probe" if reads else "copy_"
         ms = sorted(set(range(m0 // 2, 3 * m0 // 2 + 1, step)) | {m0})
         big = torch.randn(max(ms), n, device="cuda", dtype=dt)
-        dst = torch.empty_like(big)
+        dst = torch.zeros(1, device="cuda") if reads else torch.empty_like(big)
         per_m = {}
         for m in ms:
-            x, y = big[:m], dst[:m]
-            fns = {"ours": ours(op, x), "copy_": lambda x=x, y=y: y.copy_(x)}
+            x, y = big[:m], (None if reads else dst[:m])
+            fns = {"ours": ours(op, x)}
+            if reads:  # the same bytes as fp32, as in the read ceiling
+                fns[ref] = lambda x=x: read_probe(x.view(torch.float32), dst)
+            else:
+                fns[ref] = lambda x=x, y=y: y.copy_(x)
             fns["ours"]()
             times = H.time_rounds(fns, ROUNDS)
             nbytes = bytes_moved(op, m, n, dt.itemsize)
             for k, t in times.items():
-                r = H.row(op, k, dname, m, n, nbytes, statistics.median(t), ceil, **H.rounds_fields(times, k))
+                nb = m * n * dt.itemsize if k == ref and reads else nbytes  # the probe reads the logits only
+                r = H.row(op, k, dname, m, n, nb, statistics.median(t), ceil, **H.rounds_fields(times, k))
                 rows.append(r)
             per_m[m] = {k: r["frac_of_ceiling"] for k, r in zip(times, rows[-len(times):])}
         near = [m for m in ms if abs(m - m0) <= m0 // 4]
         best = max(near, key=lambda m: per_m[m]["ours"])
         worst = min(near, key=lambda m: per_m[m]["ours"])
-        print(f"{op} {dname} {n}: M0={m0} ours {per_m[m0]['ours']:.4f} copy_ {per_m[m0]['copy_']:.4f}; "
-              f"within M0 +-25%: best M={best} {per_m[best]['ours']:.4f} (copy_ {per_m[best]['copy_']:.4f}), "
+        print(f"{op} {dname} {n}: M0={m0} ours {per_m[m0]['ours']:.4f} {ref} {per_m[m0][ref]:.4f}; "
+              f"within M0 +-25%: best M={best} {per_m[best]['ours']:.4f} ({ref} {per_m[best][ref]:.4f}), "
               f"worst M={worst} {per_m[worst]['ours']:.4f}", flush=True)
-        print("  M: ours/copy_ " + " ".join(f"{m}:{per_m[m]['ours']:.3f}/{per_m[m]['copy_']:.3f}" for m in ms),
+        print(f"  M: ours/{ref} " + " ".join(f"{m}:{per_m[m]['ours']:.3f}/{per_m[m][ref]:.3f}" for m in ms),
               flush=True)
         del big, dst
         torch.cuda.empty_cache()
-    meta = H.metadata({"suite": "wave_tail", "copy_ceiling_tb_per_s": ceil, "rounds": ROUNDS,
-                       "script": "benchmarks/runs/wave_tail.py"})
-    print("wrote", H.write_suite("wave_tail", rows, meta, OUT))
+    name = os.environ.get("NAME", "wave_tail")
+    meta = H.metadata({"suite": name, "copy_ceiling_tb_per_s": ceils["copy"], "read_ceiling_tb_per_s": ceils["read"],
+                       "rounds": ROUNDS, "script": "benchmarks/runs/wave_tail.py"})
+    print("wrote", H.write_suite(name, rows, meta, OUT))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ fit at once do not divide M, the last wave runs part-empty; bandwidth against M 
 the period of the rows in flight, and the suite's M sits somewhere on the saw. Here each point's
 kernel (the table's shape) and torch's copy_ of the same bytes are timed at every M from
 M0 / 2 to 3 M0 / 2 in steps of STEP (M0 = 2^28 / N), in alternating order, ROUNDS rounds.
-One line a point: where the suite's M sits against the best and worst M near it. Cross-entropy
+One line a point: where the suite's M sits against the best and worst M near it; then, per
+series, the line t = t0 + M b / B fitted through its times (``fit``; ``--fit CSV`` prints it
+for a CSV already written, without a GPU). Cross-entropy
 (POINTS with op cross_entropy) is timed beside our read probe over the same bytes instead, as
 a fraction of the read ceiling. M2OUT names a folder for wave_tail.csv (NAME for another name).
 
@@ -48,7 +50,38 @@ def ours(op, x):
     return lambda: softmax(x)
 
 
+def fit(rows) -> dict:
+    """{(op, dtype, N, impl): (t0 in us, streaming rate as a fraction of the row's ceiling, largest
+    residual in us)} from rows of this script's CSV: the least-squares line t = t0 + M b / B through
+    each series' medians (b bytes a row: the row read, and for RMSNorm and softmax written too)."""
+    series = {}
+    for r in rows:
+        series.setdefault((r["op"], r["dtype"], int(r["N"]), r["impl"]), []).append(
+            (int(r["M"]), float(r["us"]), float(r["ceiling_tb_per_s"])))
+    out = {}
+    for (op, dname, n, impl), pts in series.items():
+        k = len(pts)
+        mx, my = sum(m for m, _, _ in pts) / k, sum(t for _, t, _ in pts) / k
+        slope = sum((m - mx) * (t - my) for m, t, _ in pts) / sum((m - mx) ** 2 for m, _, _ in pts)
+        t0 = my - slope * mx
+        row_bytes = (1 if op == "cross_entropy" else 2) * n * (2 if dname == "bf16" else 4)
+        rate = row_bytes / (slope * 1e-6) / 1e12 / pts[0][2]
+        out[op, dname, n, impl] = (t0, rate, max(abs(t - t0 - slope * m) for m, t, _ in pts))
+    return out
+
+
+def print_fit(rows) -> None:
+    for (op, dname, n, impl), (t0, rate, resid) in fit(rows).items():
+        print(f"{op} {dname} {n} {impl}: {t0:.2f} us a launch, streaming at {100 * rate:.1f}% of the ceiling "
+              f"(largest residual {resid:.2f} us)", flush=True)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--fit":  # python benchmarks/runs/wave_tail.py --fit CSV (no GPU)
+        import csv
+        with open(sys.argv[2]) as f:
+            print_fit(list(csv.DictReader(f)))
+        return
     from kernels.hierarchy import read_probe
     ceils = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings", ceils, flush=True)
@@ -88,6 +121,7 @@ def main():
               flush=True)
         del big, dst
         torch.cuda.empty_cache()
+    print_fit(rows)
     name = os.environ.get("NAME", "wave_tail")
     meta = H.metadata({"suite": name, "copy_ceiling_tb_per_s": ceils["copy"], "read_ceiling_tb_per_s": ceils["read"],
                        "rounds": ROUNDS, "script": "benchmarks/runs/wave_tail.py"})

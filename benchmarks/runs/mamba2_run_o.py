@@ -17,8 +17,8 @@ names a folder for results_o.csv.
 Ran at f4efe22 (book/data/mamba2_run_o.csv). Medians of six rounds on (1, 65536, 64): k = 1
 1290.2 us, k = 2 2039.2, k = 4 2079.7, k = 8 2150.2, TileGym tuned 1318.5; on (4, 16384, 8):
 251.8, 334.9, 345.6, 347.9. The state kernel got no faster (637 -> 620-654 us) and the chunk
-scan more than twice as slow (614 -> 1334-1411 us): carrying the fp32 state doubles its
-registers (64 -> 128 a thread), so half the blocks fit an SM, and each block's chunks run in
+scan more than twice as slow (614 -> 1334-1459 us): carrying the fp32 state doubles its
+registers (64 -> 128 a thread, by kernels.cubin.kernel_resources on ssd.export_cubins at f4efe22), so half the blocks fit an SM, and each block's chunks run in
 turn. The next commit removed ``ssd.CARRY_CHUNKS``; check f4efe22 out to run this again.
 """
 import csv, faulthandler, os, statistics, sys, time

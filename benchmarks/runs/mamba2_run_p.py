@@ -16,8 +16,9 @@ results_p.csv.
 Ran at 82a9b5e (book/data/mamba2_run_p.csv). Medians of six rounds, (1, 65536, 64) chunk 64:
 WALK 0 1354.1 us, 1 1338.8, 2 2029.2, 3 2021.7; without hints 0 1417.5, 2 2007.4, 3 2051.9;
 TileGym tuned 1320.3. (4, 16384, 8) chunk 64: 250.1, 246.9, 409.9, 417.2; chunk 128: 212.1,
-214.0, 354.5, 361.7. The rounds on (1, 65536, 64) spread over 1287-1424 us for one variant, so
-WALK 1's 1% there and at (4, 16384, 8) chunk 64 is within the noise, and it lost at chunk 128;
+214.0, 354.5, 361.7. On (1, 65536, 64) WALK 0's rounds ran from 1316.0 to 1400.5 us and WALK 1's
+from 1316.4 to 1423.5, so WALK 1's 1% there is inside the noise; on (4, 16384, 8) it was 1.3%
+faster at chunk 64 and 0.9% slower at chunk 128 (that shape's best chunk), every round apart;
 WALK 2 and 3 (the prefetch) were slower everywhere and wrong on most points (rel_err up to
 1.5e-1), a fault not chased. The next commit removed ``ssd.STATE_WALK``; check 82a9b5e out to
 run this again.

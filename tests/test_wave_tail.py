@@ -1,15 +1,13 @@
 """GPU-free: the line fitted by benchmarks/runs/wave_tail.py (time against rows at a fixed row
 length), on a synthetic series and on the committed CSVs whose fits chapters 7-9 quote."""
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from benchmarks.runs import wave_tail
+
 ROOT = Path(__file__).resolve().parent.parent
-spec = importlib.util.spec_from_file_location("wave_tail", ROOT / "benchmarks" / "runs" / "wave_tail.py")
-wave_tail = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(wave_tail)
 
 
 def test_fit_recovers_a_line():

@@ -4,6 +4,7 @@ is checked against float64 once, then ROUNDS rounds in alternating order, each a
 calls, then the kernels of one call by torch.profiler. The run scripts of benchmarks/runs call
 ``race``; it appends one dict a result to ``rows`` and prints one line a result."""
 import os, statistics, time
+from contextlib import contextmanager
 
 import torch
 
@@ -19,20 +20,27 @@ def say(*a):
     print(f"[{time.time() - T0:5.0f}s]", *a, flush=True)
 
 
+@contextmanager
+def patched(attrs):
+    """``ssd``'s module attributes set to ``attrs`` inside the block, restored after it."""
+    old = {k: getattr(ssd, k) for k in attrs}
+    for k, v in attrs.items():
+        setattr(ssd, k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            setattr(ssd, k, v)
+
+
 class Variant:
     """A zero-argument call of our pass (``impl``) with these ``ssd`` attributes in place."""
     def __init__(self, attrs, args, kw, chunk, impl="ours_fused"):
         self.attrs, self.fn = attrs, make_call(impl, args, kw, chunk)
 
     def __call__(self):
-        old = {k: getattr(ssd, k) for k in self.attrs}
-        for k, v in self.attrs.items():
-            setattr(ssd, k, v)
-        try:
+        with patched(self.attrs):
             return self.fn()
-        finally:
-            for k, v in old.items():
-                setattr(ssd, k, v)
 
 
 def race(rows, shape_index, chunk, variants, rounds=6, reps=26, impl="ours_fused"):
@@ -47,14 +55,8 @@ def race(rows, shape_index, chunk, variants, rounds=6, reps=26, impl="ours_fused
             calls[name] = make_call("tilegym", args, kw, chunk)
         else:
             calls[name] = Variant(attrs, args, kw, chunk, impl)
-            old = {k: getattr(ssd, k) for k in attrs}
-            for k, v in attrs.items():
-                setattr(ssd, k, v)
-            try:
+            with patched(attrs):
                 first = measure(impl, args, kw, chunk, ref, reps)  # compiles, checks against float64
-            finally:
-                for k, v in old.items():
-                    setattr(ssd, k, v)
         rows.append(dict(shape=shape_index, chunk=chunk, impl=name, round="first", **first))
         say(shape_index, chunk, name, *(f"{k}={v}" for k, v in first.items()))
     names = list(variants)

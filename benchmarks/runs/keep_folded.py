@@ -7,7 +7,8 @@ element, as QuACK's kernel does. A row kept in registers pays nothing for it; a 
 the exps in registers (fp32) instead of reading the row from shared memory again. Each variant is
 checked against float64 over every row at every point, including rows with -inf entries and one
 of nothing but -inf, then timed in ROUNDS alternating rounds with the table's kernel and QuACK at
-POINTS (dtype:N). M2OUT names a folder for keep_folded.csv.
+POINTS (dtype:N). M2OUT names a folder for keep_folded.csv. With SHAPES=1, every staged shape of
+the sweep's list (``benchmarks.sweep.smem_candidates``) runs both ways beside the table's kernel.
 
     bash benchmarks/h200.sh run benchmarks/runs/keep_folded.py
 """
@@ -22,6 +23,7 @@ from benchmarks import harness as H  # noqa: E402
 from benchmarks.bytes import bytes_moved  # noqa: E402
 from benchmarks.peers import peer_impls  # noqa: E402
 from benchmarks.run import rows_for  # noqa: E402
+from benchmarks.sweep import cfg_for, smem_candidates  # noqa: E402
 from kernels.softmax import compile_softmax, softmax_reference  # noqa: E402
 
 POINTS = "bf16:1024,bf16:4096,bf16:8192,bf16:16384,bf16:32768,bf16:65536,bf16:131072,bf16:262144," \
@@ -32,15 +34,27 @@ OUT = os.environ.get("M2OUT", "/tmp")
 DT = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def launcher(x, out, keep):
-    kernel = compile_softmax(x.dtype, x.shape[1], keep_folded=keep)
+def launcher(x, out, keep, cfg=None):
+    kernel = compile_softmax(x.dtype, x.shape[1], keep_folded=keep, config=cfg)
     return lambda: kernel(x, out, None, None, None, 0.0)
 
 
-def worst_error(x, keep):
+def variants(n, bits):
+    """name -> (configuration, keep_folded): the table's kernel both ways, and with SHAPES every
+    staged shape of the sweep's list both ways."""
+    out = {"table": (None, False), "keep_folded": (None, True)}
+    if os.environ.get("SHAPES"):
+        for tpr, tpb, cluster in smem_candidates(n, bits):
+            cfg = cfg_for(n, bits, tpr, tpb, cluster, keep=True, stage="smem")
+            for keep in (False, True):
+                out[f"{cfg}{' keep_folded' if keep else ''}"] = (cfg, keep)
+    return out
+
+
+def worst_error(x, keep, cfg=None):
     """Largest |error| over every row against float64 (NaN where both are NaN counts as 0)."""
     out = torch.empty_like(x)
-    launcher(x, out, keep)()
+    launcher(x, out, keep, cfg)()
     worst = 0.0
     for i in range(0, x.shape[0], 512):
         ref = softmax_reference(x[i:i + 512])
@@ -62,11 +76,13 @@ def main():
         xs[1, ::3] = -float("inf")
         xs[2] = -float("inf")
         xs[3, 5] = 1e4
-        errs = {keep: (worst_error(x, keep), worst_error(xs, keep)) for keep in (False, True)}
-        print(f"{dname} {n}: max error, table kernel {errs[False]}, keep_folded {errs[True]}", flush=True)
-        assert max(errs[True]) < 2 * max(errs[False]) + 1e-6, errs
+        errs, fns = {}, {}
         out = torch.empty_like(x)
-        fns = {"table": launcher(x, out, False), "keep_folded": launcher(x, out, True)}
+        for name, (cfg, keep) in variants(n, torch.finfo(dt).bits).items():
+            errs[name] = (worst_error(x, keep, cfg), worst_error(xs, keep, cfg))
+            fns[name] = launcher(x, out, keep, cfg)
+        print(f"{dname} {n}: max error (random, extreme) {errs}", flush=True)
+        assert all(max(e) < 2 * max(errs["table"]) + 1e-6 for e in errs.values()), errs
         quack = dict(peer_impls("softmax"))["quack"](m, n, dt)
         quack()
         fns["quack"] = quack
@@ -76,8 +92,8 @@ def main():
             r = H.row("softmax", "quack" if k == "quack" else "ours", dname, m, n, nbytes,
                       statistics.median(times[k]), ceil, variant="" if k == "quack" else k,
                       **H.rounds_fields(times, k, "quack" if k != "quack" else None),
-                      max_err="" if k == "quack" else f"{errs[k == 'keep_folded'][0]:.2e}")
-            if k == "keep_folded":
+                      max_err="" if k == "quack" else f"{errs[k][0]:.2e}")
+            if k not in ("quack", "table"):
                 r.update(H.rounds_fields(times, k, "table"))
             rows.append(r)
             print(f"softmax {dname} {n} {k:12s} {r['frac_of_ceiling']:.4f} "

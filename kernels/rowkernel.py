@@ -113,10 +113,6 @@ class RowKernel:
     #: for before the fold starts); where it does not divide ``vecs_per_thread``, their greatest
     #: common divisor.
     stage_groups: int = 1
-    #: The epilogue works from what the fold kept (``fold_kept`` / ``epilogue_kept``) instead of
-    #: from the row again: a staged row then reads shared memory once (the kept values wait in
-    #: registers), and an op may keep work it would otherwise redo (softmax: each exp).
-    keep_folded: bool = False
 
     def __init__(self, dtype, n: int, cfg: RowConfig):
         cfg.check(n, dtype.width)
@@ -132,15 +128,6 @@ class RowKernel:
 
     def row_epilogue(self, x, result, w, scalar):
         raise NotImplementedError
-
-    def fold_kept(self, x):
-        """``keep_folded``: the thread tier over ``x`` (fp32) and what the epilogue keeps of it
-        (by default x itself)."""
-        return self.op.fold(x), x
-
-    def epilogue_kept(self, kept, result, w, scalar):
-        """``keep_folded``: the output from what ``fold_kept`` kept (by default the row)."""
-        return self.row_epilogue(kept, result, w, scalar)
 
     def scalar_prologue(self, row, m, mX, mT, scalar):
         """Whatever a scalar epilogue loads besides the reduction (e.g. cross-entropy's target
@@ -327,16 +314,11 @@ class RowKernel:
             # wait_group makes this thread's own cp.async writes visible to this thread.
             # Every thread reads back exactly the elements it copied (the same partition
             # of the same tile, in the fold and in the epilogue), so no barrier is needed.
-            state, kept = None, []
+            state = None
             for k in cutlass.range_constexpr(cfg.vecs_per_thread):
                 if const_expr(k % per_group == 0):  # the groups up to k's have landed
                     cute.arch.cp_async_wait_group(groups - 1 - k // per_group)
-                x_k = self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32))
-                if const_expr(self.keep_folded):
-                    part, kept_k = self.fold_kept(x_k)
-                    kept.append(kept_k)
-                else:
-                    part = op.fold(x_k)
+                part = op.fold(self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32)))
                 state = part if k == 0 else op.combine(state, part)
         else:
             tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
@@ -349,10 +331,7 @@ class RowKernel:
             else:
                 if const_expr(self.writes_rows):  # the epilogue reads the row again
                     x = self.transform(tXrX.load().to(Float32))
-                    if const_expr(self.keep_folded):
-                        state, x = self.fold_kept(x)
-                    else:
-                        state = op.fold(x)
+                    state = op.fold(x)
                 else:
                     state = self.fold_buffer(tXrX)
                 for p in cutlass.range(1, cfg.passes, unroll=2):
@@ -391,19 +370,15 @@ class RowKernel:
                 if const_expr(mW is not None and k + w_ahead < cfg.vecs_per_thread):
                     tXrW.append(self.load_access(tXgW, tXpX, k + w_ahead, load))
                 w_k = None if const_expr(mW is None) else tXrW[k].load().to(Float32)
+                x_k = self.transform(self.load_access(tXsX, tXpX, k, load).load().to(Float32))
                 tXrO_k = cute.make_rmem_tensor_like(tXgO[None, None, k])
-                if const_expr(self.keep_folded):
-                    tXrO_k.store(self.epilogue_kept(kept[k], result, w_k, scalar).to(mO.element_type))
-                else:
-                    x_k = self.transform(self.load_access(tXsX, tXpX, k, load).load().to(Float32))
-                    tXrO_k.store(self.row_epilogue(x_k, result, w_k, scalar).to(mO.element_type))
+                tXrO_k.store(self.row_epilogue(x_k, result, w_k, scalar).to(mO.element_type))
                 if tXcX[0][0] < m:
                     cute.copy(load, tXrO_k, tXgO[None, None, k], pred=None if tXpX is None else tXpX[None, None, k])
         elif const_expr(self.writes_rows):
             if const_expr(mW is not None and not prefetch_w):
                 w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
-            y = self.epilogue_kept(x, result, w, scalar) if const_expr(self.keep_folded) else \
-                self.row_epilogue(x, result, w, scalar)
+            y = self.row_epilogue(x, result, w, scalar)
             tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
             tXrO = cute.make_rmem_tensor_like(tXgO)
             tXrO.store(y.to(mO.element_type))

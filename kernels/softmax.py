@@ -8,8 +8,6 @@ memory) moves twice the bytes.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 import cutlass.cute as cute
@@ -18,7 +16,7 @@ from cutlass import Float32
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream
 from .config import RowConfig, row_config
-from .reduce import LOGSUMEXP, _finite_or_zero, exp_minus
+from .reduce import LOGSUMEXP, exp_minus
 from .rowkernel import RowKernel
 
 
@@ -31,35 +29,13 @@ class Softmax(RowKernel):
         e = exp_minus(x, row_max)  # subtract first, as the fold does
         return e * cute.arch.rcp_approx(denom)
 
-    def fold_kept(self, x):
-        """Keep each exp(x - m) of the fold (m the max of this part of the row) and m itself."""
-        m = x.reduce(cute.ReductionOp.MAX, init_val=-math.inf, reduction_profile=0)
-        e = exp_minus(x, _finite_or_zero(m))
-        return (m, e.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)), (e, m)
 
-    def epilogue_kept(self, kept, result, w, scalar):
-        """exp(x - m) exp(m - row max) / sum: one exp a part instead of one an element (a part of
-        nothing but -inf has m = -inf, e = 0 and a factor of 0; a row of nothing but -inf gives
-        NaN, as torch does)."""
-        e, m = kept
-        row_max, denom = result
-        return e * (exp_minus(m, row_max) * cute.arch.rcp_approx(denom))
-
-
-def compile_softmax(dtype: torch.dtype, n: int, *, config: RowConfig | None = None, vec: int | None = None,
-                    keep_folded: bool | None = None):
-    """``keep_folded`` overrides ``Softmax.keep_folded`` (None: the class's)."""
+def compile_softmax(dtype: torch.dtype, n: int, *, config: RowConfig | None = None, vec: int | None = None):
     cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=True, vec=vec, op="softmax")
     ct = TORCH_TO_CUTE[dtype]
-    keep = Softmax.keep_folded if keep_folded is None else keep_folded
-    key = ("softmax", str(dtype), n, cfg) + (("keep_folded",) if keep else ())
-
-    def build():
-        kernel = Softmax(ct, n, cfg)
-        kernel.keep_folded = keep
-        return kernel, (fake_rows(ct, n, cfg.vec), fake_rows(ct, n, cfg.vec), None, None, None, Float32(0.0),
-                        fake_stream())
-    return compile_once(key, build)
+    key = ("softmax", str(dtype), n, cfg)
+    return compile_once(key, lambda: (Softmax(ct, n, cfg), (
+        fake_rows(ct, n, cfg.vec), fake_rows(ct, n, cfg.vec), None, None, None, Float32(0.0), fake_stream())))
 
 
 def softmax_out(x: torch.Tensor, out: torch.Tensor, config: RowConfig | None = None) -> torch.Tensor:

@@ -12,6 +12,15 @@ results_q.csv.
 
     python3 benchmarks/runs/tilegym_precompile.py 3 64 15
     bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_q.py
+
+Ran at d0f0bb4 (book/data/mamba2_run_q.csv). Medians of six rounds, (1, 65536, 64) chunk 64:
+heads1 (shipped) 1307.2 us, heads2 1578.5, heads4 1541.7, heads8 1535.2, heads4_occ2 1475.0;
+TileGym tuned 1278.7. The chunk scan itself (one call, torch.profiler): 616.4 us shipped against
+851.0-894.2 with 2-8 heads a block and 763.3 at occupancy 2. (4, 16384, 8) chunk 64: 251.4 against
+284.9-290.6 and 273.1; chunk 128: 212.6 against 261.4-264.6 and 229.9. Errors identical to the
+shipped kernel's everywhere. Loading C and C B^T once for several heads did not pay: the blocks'
+heads then run one after the other. The next commit removed ``ssd.SCAN_HEADS``; check d0f0bb4 out
+to run this again.
 """
 import csv, faulthandler, os, sys
 faulthandler.dump_traceback_later(int(os.environ.get("WD", "500")), exit=True)

@@ -49,8 +49,7 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: the defaults: its FMA products spill either way (4-17 KB of local memory a thread) and are
 #: not tuned.
 HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state",
-                                                                        "segment_state", "chunk_scan",
-                                                                        "chunk_scan_heads")}
+                                                                        "segment_state", "chunk_scan")}
 #: Blocks of the one-kernel pass's scan an SM holds (its occupancy hint), which SINGLE_MIN_SEQUENCES
 #: and ``scan_tile`` fill. H200, chunk 64: 453 -> 368 us against the default (benchmarks/runs/mamba2_run_d.py).
 SCAN_OCCUPANCY = 2
@@ -139,20 +138,6 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
 #: rugged (neighbouring hints cost up to 1850 us), so these are measured points, not a trend.
 #: The suite then re-measured (4, 16384, 8) with (2, 4, 4, 2): 213.2 us at chunk 128 (commit 7b8dff1).
 STATE_LATENCY = {(16, 16): (2, 4, 4, 2), (16, 32): (6, 4, 4, 2)}
-
-
-#: Heads of one group a block of the chunk scan (the three- and five-kernel passes) takes, at
-#: most: the largest power of two up to this that divides the heads of a group. Their C tile,
-#: and in a chunk of one tile their C B^T tile, are loaded once for all of them.
-SCAN_HEADS = 1
-
-
-def scan_heads(h: int, g: int) -> int:
-    """Heads a chunk-scan block takes (SCAN_HEADS, fitted to the h // g heads of a group)."""
-    hpb = 1
-    while hpb * 2 <= SCAN_HEADS and (h // g) % (hpb * 2) == 0:
-        hpb *= 2
-    return hpb
 
 
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
@@ -337,13 +322,8 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("state_passing", (b * h, p // bp, n // bn), (states, cums, init_, entering, final, nc, h, Q, bp, bn, has_init)),
             ("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n)),
         ]
-    hpb = scan_heads(h, g)
-    if hpb > 1:
-        launches.append(("chunk_scan_heads", (b * nc * h // hpb, Q // BM, 1),
-                         (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D, hpb)))
-    else:
-        launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
-                         (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
+    launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
+                     (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
     return launches, out, final
 
 

@@ -284,57 +284,6 @@ def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_
     ct.store(out, (bi, c * r + mt, hi, 0), acc.reshape((1, BM, 1, P)).astype(out.dtype))
 
 
-def scan_head(x, cb, dts, cums, entering, D, out, cm, s_one, bi, c, hi, gi, mt, Q: C_[int], BM: C_[int], P: C_[int],
-              NS: C_[int], HAS_D: C_[bool], ONE_TILE: C_[bool]):
-    """Stage 5 for one head and one (BM x P) tile of a chunk's output, from C's tile ``cm`` (and, in
-    a chunk of one tile (ONE_TILE), its C B^T tile ``s_one``), both loaded by the caller."""
-    r = Q // BM
-    cs_m = ct.load(cums, (bi, hi, c, mt), shape=(1, 1, 1, BM)).reshape((BM,))
-    st = ct.load(entering, (bi, c, hi, 0, 0), shape=(1, 1, 1, P, NS)).reshape((P, NS))
-    acc = ct.mma(cm, st.transpose().astype(cm.dtype), ct.zeros((BM, P), dtype=ct.float32))
-    acc = acc * ct.exp(cs_m)[:, None]
-    rows = mt * BM + ct.arange(BM, dtype=ct.int32)
-    for kt in range(mt + 1):
-        cs_k = ct.load(cums, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
-        d_k = ct.load(dts, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
-        if ONE_TILE:
-            s = s_one
-        else:
-            s = ct.load(cb, (bi, c, gi, mt, kt), shape=(1, 1, 1, BM, BM)).reshape((BM, BM)).astype(ct.float32)
-        cols = kt * BM + ct.arange(BM, dtype=ct.int32)
-        s = ct.where(rows[:, None] >= cols[None, :], s * ct.exp(cs_m[:, None] - cs_k[None, :]) * d_k[None, :], 0.0)
-        xk = ct.load(x, (bi, c * r + kt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO).reshape((BM, P))
-        acc = ct.mma(s.astype(xk.dtype), xk, acc)
-    if HAS_D:
-        xm = ct.load(x, (bi, c * r + mt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO).reshape((BM, P))
-        acc = acc + ct.load(D, (hi,), shape=()).astype(ct.float32) * xm.astype(ct.float32)
-    ct.store(out, (bi, c * r + mt, hi, 0), acc.reshape((1, BM, 1, P)).astype(out.dtype))
-
-
-@ct.kernel
-def chunk_scan_heads_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_[int],
-                            heads_per_group: C_[int], Q: C_[int], BM: C_[int], P: C_[int], NS: C_[int],
-                            HAS_D: C_[bool], HPB: C_[int]):
-    """Stage 5 for HPB heads of one group a block (HPB divides heads_per_group): the chunk's C
-    tile, and in a chunk of one tile its C B^T tile, are loaded once for all of them instead of
-    once a head."""
-    pid, mt = ct.bid(0), ct.bid(1)
-    hblocks = nheads // HPB
-    h0 = (pid % hblocks) * HPB
-    c = (pid // hblocks) % nchunks
-    bi = pid // (hblocks * nchunks)
-    gi = h0 // heads_per_group
-    r = Q // BM
-    cm = ct.load(C, (bi, c * r + mt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
-    if Q == BM:
-        s_one = ct.load(cb, (bi, c, gi, 0, 0), shape=(1, 1, 1, BM, BM)).reshape((BM, BM)).astype(ct.float32)
-        for j in range(HPB):
-            scan_head(x, cb, dts, cums, entering, D, out, cm, s_one, bi, c, h0 + j, gi, mt, Q, BM, P, NS, HAS_D, True)
-    else:
-        for j in range(HPB):
-            scan_head(x, cb, dts, cums, entering, D, out, cm, cm, bi, c, h0 + j, gi, mt, Q, BM, P, NS, HAS_D, False)
-
-
 KERNELS = dict(cumsum=cumsum_kernel, chunk_state=chunk_state_kernel, state_passing=state_passing_kernel,
                bmm=bmm_kernel, prep=prep_kernel, scan=scan_kernel, segment_state=segment_state_kernel,
-               state=state_kernel, chunk_scan=chunk_scan_kernel, chunk_scan_heads=chunk_scan_heads_kernel)
+               state=state_kernel, chunk_scan=chunk_scan_kernel)

@@ -1,6 +1,6 @@
 """Do latency hints change the chunk-scan kernel at all? (no GPU)
 
-``ssd.SCAN_LATENCY`` (at commit COMMIT) passes cuTile latency hints to the chunk scan's loads of C,
+``ssd.SCAN_LATENCY`` (at commit bde92b5) passes cuTile latency hints to the chunk scan's loads of C,
 of the state entering the chunk, of C B^T and of x, as ``ssd.STATE_LATENCY`` does for the state
 kernel, where they took that kernel from 761 to 637 us (runs I and J). Here every set of the four
 hints from {0, 2, 4, 8} (256 sets) is compiled for sm_90 without a GPU, for (1, 65536, 64) at chunk
@@ -8,7 +8,7 @@ hints from {0, 2, 4, 8} (256 sets) is compiled for sm_90 without a GPU, for (1, 
 
     python benchmarks/runs/scan_hint_codes.py WORKERS
 
-Ran at COMMIT: one machine code for all 256 sets on each shape (3d9b724806ae and a28872ff516e,
+Ran at bde92b5: one machine code for all 256 sets on each shape (3d9b724806ae and a28872ff516e,
 the shipped kernel's; 64 registers, no spills), so the hints were removed again and no GPU time
 was spent on them.
 """

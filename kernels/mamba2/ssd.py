@@ -140,12 +140,6 @@ def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
 STATE_LATENCY = {(16, 16): (2, 4, 4, 2), (16, 32): (6, 4, 4, 2)}
 
 
-#: cuTile's latency hints of the chunk-scan kernel (the three- and five-kernel passes), by (input
-#: bits, chunk size): for its loads of C, of the state entering the chunk, of C B^T and of x (as
-#: STATE_LATENCY; absent: none).
-SCAN_LATENCY: dict[tuple[int, int], tuple[int, int, int, int]] = {}
-
-
 #: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
 #: can try both): ``pre_cs``, the step sizes and their cumulative sums; ``pre_cb``, C B^T.
 #: ``steps``, the steps a block of the loop takes (at most the chunk size). On the H200 (bf16,
@@ -329,8 +323,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n)),
         ]
     launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
-                     (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D,
-                      *SCAN_LATENCY.get((torch.finfo(x.dtype).bits, Q), (0, 0, 0, 0)))))
+                     (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
     return launches, out, final
 
 

@@ -255,9 +255,7 @@ def segment_state_kernel(x, B, dts, cums, seg_states, seg_decay, nchunks, nseg, 
 @ct.kernel
 def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_[int],
                       heads_per_group: C_[int], Q: C_[int], BM: C_[int], P: C_[int], NS: C_[int],
-                      HAS_D: C_[bool], LC: C_[int], LS: C_[int], LB: C_[int], LX: C_[int]):
-    """Stage 5: one (BM x P) tile of one head's output in one chunk. LC, LS, LB and LX: latency hints
-    (``hint``) of the loads of C, of the state entering the chunk, of C B^T and of x."""
+                      HAS_D: C_[bool]):
     pid, mt = ct.bid(0), ct.bid(1)
     hi = pid % nheads
     c = (pid // nheads) % nchunks
@@ -266,9 +264,8 @@ def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_
     r = Q // BM
     # from the state entering the chunk: exp(cs_i) * (C_i . state)
     cs_m = ct.load(cums, (bi, hi, c, mt), shape=(1, 1, 1, BM)).reshape((BM,))
-    cm = ct.load(C, (bi, c * r + mt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO,
-                 latency=hint(LC)).reshape((BM, NS))
-    st = ct.load(entering, (bi, c, hi, 0, 0), shape=(1, 1, 1, P, NS), latency=hint(LS)).reshape((P, NS))
+    cm = ct.load(C, (bi, c * r + mt, gi, 0), shape=(1, BM, 1, NS), padding_mode=ZERO).reshape((BM, NS))
+    st = ct.load(entering, (bi, c, hi, 0, 0), shape=(1, 1, 1, P, NS)).reshape((P, NS))
     acc = ct.mma(cm, st.transpose().astype(cm.dtype), ct.zeros((BM, P), dtype=ct.float32))
     acc = acc * ct.exp(cs_m)[:, None]
     # from inside the chunk: sum over key tiles kt <= mt of (CB o decay o dt) x
@@ -276,12 +273,10 @@ def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_
     for kt in range(mt + 1):
         cs_k = ct.load(cums, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
         d_k = ct.load(dts, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
-        s = ct.load(cb, (bi, c, gi, mt, kt), shape=(1, 1, 1, BM, BM),
-                    latency=hint(LB)).reshape((BM, BM)).astype(ct.float32)
+        s = ct.load(cb, (bi, c, gi, mt, kt), shape=(1, 1, 1, BM, BM)).reshape((BM, BM)).astype(ct.float32)
         cols = kt * BM + ct.arange(BM, dtype=ct.int32)
         s = ct.where(rows[:, None] >= cols[None, :], s * ct.exp(cs_m[:, None] - cs_k[None, :]) * d_k[None, :], 0.0)
-        xk = ct.load(x, (bi, c * r + kt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO,
-                     latency=hint(LX)).reshape((BM, P))
+        xk = ct.load(x, (bi, c * r + kt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO).reshape((BM, P))
         acc = ct.mma(s.astype(xk.dtype), xk, acc)
     if HAS_D:
         xm = ct.load(x, (bi, c * r + mt, hi, 0), shape=(1, BM, 1, P), padding_mode=ZERO).reshape((BM, P))

@@ -22,9 +22,12 @@ from kernels.mamba2 import ssd
 OUT = os.environ.get("M2OUT", "/tmp")
 rows = []
 OPTIONS = {"nww8": {"num_worker_warps": 8}, "ctas2": {"num_ctas": 2}, "ctas4": {"num_ctas": 4}}
+if os.environ.get("OPTS"):  # e.g. OPTS=nww8
+    OPTIONS = {k: OPTIONS[k] for k in os.environ["OPTS"].split(",")}
+KERNELS = tuple(os.environ.get("KERNELS", "state,chunk_scan,prep").split(","))
 
 
-def variants(kernels=("state", "chunk_scan", "prep")):
+def variants(kernels=KERNELS):
     v = {"shipped": {}}
     for k in kernels:
         for name, opt in OPTIONS.items():

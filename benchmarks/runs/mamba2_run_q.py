@@ -4,7 +4,8 @@ On (1, 65536, 64) at chunk 64 the three-kernel pass's chunk scan takes about 614
 1280-1340, and each of its 65,536 blocks (one head of one chunk) loads the chunk's C tile (16 KB)
 and C B^T tile (16 KB fp32) beside the head's own state (16 KB) and x (8 KB): with one group, the
 64 heads of a chunk load the same C and C B^T 64 times. ``chunk_scan_heads_kernel`` takes HPB
-heads of a group a block and loads those two tiles once for all of them. Here SCAN_HEADS 1
+heads of a group a block and loads the C tile once for all of them (and at chunk 64, one tile a
+chunk, the C B^T tile too). Here SCAN_HEADS 1
 (the shipped kernel), 2, 4 and 8, and 4 with the kernel's occupancy hint at 2 instead of 4,
 against TileGym tuned in six alternating rounds (``mamba2_race.race``) on (1, 65536, 64) at
 chunk 64; then the same variants on (4, 16384, 8) at chunks 64 and 128. M2OUT names a folder for

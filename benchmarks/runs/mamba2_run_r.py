@@ -17,7 +17,7 @@ Ran at b3e5886 with every option: the state kernel with 8 worker warps took 1153
 640.9 (one call); the state kernel in a CGA of 2 then failed to launch ("misaligned address"), which
 ends the process, so CGAs were left there. Ran again at 221024a with OPTS=nww8
 KERNELS=chunk_scan,prep (book/data/mamba2_run_r.csv), medians of six rounds: (1, 65536, 64) chunk
-64 shipped 1382.4 us, chunk scan with 8 worker warps 1589.8 (its kernel 822.7 against 614.9), prep
+64 shipped 1382.4 us, chunk scan with 8 worker warps 1589.8 (its kernel 822.7 against 615.1), prep
 with 8 1415.0, TileGym tuned 1429.2 (first calls 1280.7 and 1294.7; rounds noisy on both, ours
 1316.2-1420.5, TileGym 1371.8-1818.7, ours faster in five of six); (4, 16384, 8) chunk 128 213.0,
 233.8, 209.9 (prep with 8 worker warps faster in all six rounds, by 1.5%), chunk 64 251.1, 270.0,

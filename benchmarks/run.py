@@ -195,9 +195,10 @@ def suite_op(op: str):
                         first = time.perf_counter() - t0
                         extras[impl] = {}
                         if impl == "ours":
-                            extras[impl] = {"first_call_s": round(first, 3), "compiles": len(kc.cache()) - before}
+                            compiles = len(kc.cache()) - before
                             fn()
-                            extras[impl]["recompiles_after_first"] = len(kc.cache()) - before - extras[impl]["compiles"]
+                            extras[impl] = {"first_call_s": round(first, 3), "compiles": compiles,
+                                            "recompiles_after_first": len(kc.cache()) - before - compiles}
                         fns[impl] = fn
                     except Exception as e:  # a peer that cannot run this size
                         failed[impl] = f"{type(e).__name__}: {str(e)[:80]}"

@@ -1,0 +1,39 @@
+"""Nineteenth GPU pass on the cuTile SSD: the chunk scan's diagonal tile out of its loop.
+
+The chunk-scan kernel shipped until now walked the key tiles kt = 0..mt of its output tile mt in
+one loop, masking every tile to the causal triangle, and then loaded the diagonal tile of x a
+second time for the D x term. ``chunk_scan_kernel`` now walks kt < mt unmasked (every entry of
+those tiles is causal) and handles the diagonal tile after the loop, with one load of x for both
+its product and D x (at chunk 64 a block has only the diagonal tile: one x load instead of two).
+GPU-free: 120 registers a thread against 64, no spills (both take the occupancy hint 4).
+
+Here the two (``CHUNK_SCAN`` = "chunk_scan_v0", the kernel before, against "chunk_scan") and
+TileGym tuned in six alternating rounds (``mamba2_race.race``) on (1, 65536, 64) at chunk 64;
+then ours on (8, 4096, 64) at chunk 64 and (4, 16384, 8) at chunk 128. M2OUT names a folder for
+results_s.csv.
+
+    python3 benchmarks/runs/tilegym_precompile.py 3 64 15
+    bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_s.py
+"""
+import csv, faulthandler, os, sys
+faulthandler.dump_traceback_later(int(os.environ.get("WD", "500")), exit=True)
+sys.path.insert(0, ".")
+from benchmarks.runs.mamba2_race import FIELDS, race, say
+
+OUT = os.environ.get("M2OUT", "/tmp")
+rows = []
+VARIANTS = {"before": dict(CHUNK_SCAN="chunk_scan_v0"), "diagonal": {}}
+
+
+def write():
+    with open(os.path.join(OUT, "results_s.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        w.writeheader(); w.writerows(rows)
+
+
+race(rows, 3, 64, {**VARIANTS, **({} if os.environ.get("NO_TILEGYM") else {"tilegym": None})})
+write()
+for shape, chunk in ((0, 64), (2, 128)):
+    race(rows, shape, chunk, VARIANTS)
+    write()
+say("done")

@@ -7,10 +7,18 @@ those tiles is causal) and handles the diagonal tile after the loop, with one lo
 its product and D x (at chunk 64 a block has only the diagonal tile: one x load instead of two).
 GPU-free: 120 registers a thread against 64, no spills (both take the occupancy hint 4).
 
-Here the two (``CHUNK_SCAN`` = "chunk_scan_v0", the kernel before, against "chunk_scan") and
-TileGym tuned in six alternating rounds (``mamba2_race.race``) on (1, 65536, 64) at chunk 64;
-then ours on (8, 4096, 64) at chunk 64 and (4, 16384, 8) at chunk 128. M2OUT names a folder for
-results_s.csv.
+Ran at fdb271b as "before" (``CHUNK_SCAN`` = "chunk_scan_v0", the shipped kernel) against
+"diagonal" (that commit's "chunk_scan") and TileGym tuned in six alternating rounds
+(``mamba2_race.race``) on (1, 65536, 64) at chunk 64, then ours on (8, 4096, 64) at chunk 64 (the
+three-kernel pass, not the one "auto" picks there) and (4, 16384, 8) at chunk 128. The diagonal
+out of the loop lost everywhere: medians 1297.3 against 1550.8 us (TileGym 1302.4; the chunk scan
+637.4 against 863.2 us), 846.0 against 960.8, 213.6 against 255.5.
+
+Then (the commit after) the shipped kernel against "dfold" (``CHUNK_SCAN`` =
+"chunk_scan_dfold"): the loop as shipped, D added to the diagonal of the diagonal tile's
+(C B^T o decay o dt) before its product with x, so that x is loaded once (64 registers like the
+shipped kernel; D then passes through bf16 with that diagonal). VARIANT=diagonal with
+CHUNK_SCAN names as at fdb271b reproduces the first run. M2OUT names a folder for results_s.csv.
 
     python3 benchmarks/runs/tilegym_precompile.py 3 64 15
     bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_s.py
@@ -22,18 +30,20 @@ from benchmarks.runs.mamba2_race import FIELDS, race, say
 
 OUT = os.environ.get("M2OUT", "/tmp")
 rows = []
-VARIANTS = {"before": dict(CHUNK_SCAN="chunk_scan_v0"), "diagonal": {}}
+VARIANT = os.environ.get("VARIANT", "dfold")
+VARIANTS = ({"before": dict(CHUNK_SCAN="chunk_scan_v0"), "diagonal": {}} if VARIANT == "diagonal"
+            else {"shipped": {}, VARIANT: dict(CHUNK_SCAN=f"chunk_scan_{VARIANT}")})
 
 
 def write():
-    with open(os.path.join(OUT, "results_s.csv"), "w", newline="") as f:
+    with open(os.path.join(OUT, f"results_s_{VARIANT}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         w.writeheader(); w.writerows(rows)
 
 
 race(rows, 3, 64, {**VARIANTS, **({} if os.environ.get("NO_TILEGYM") else {"tilegym": None})})
 write()
-for shape, chunk in ((0, 64), (2, 128)):
+for shape, chunk in ((2, 128), (2, 64)) if VARIANT != "diagonal" else ((0, 64), (2, 128)):
     race(rows, shape, chunk, VARIANTS)
     write()
 say("done")

@@ -50,9 +50,9 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: not tuned.
 HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state",
                                                                         "segment_state", "chunk_scan",
-                                                                        "chunk_scan_v0")}
-#: The chunk-scan kernel the fused and staged passes launch (a run races "chunk_scan_v0", the
-#: kernel before the diagonal tile was taken out of the loop, against it; removed after the run).
+                                                                        "chunk_scan_dfold")}
+#: The chunk-scan kernel the fused and staged passes launch (a run races "chunk_scan_dfold", D x
+#: folded into the diagonal, against it; removed after the run).
 CHUNK_SCAN = "chunk_scan"
 #: Blocks of the one-kernel pass's scan an SM holds (its occupancy hint), which SINGLE_MIN_SEQUENCES
 #: and ``scan_tile`` fill. H200, chunk 64: 453 -> 368 us against the default (benchmarks/runs/mamba2_run_d.py).

@@ -18,7 +18,14 @@ Then (the commit after) the shipped kernel against "dfold" (``CHUNK_SCAN`` =
 "chunk_scan_dfold"): the loop as shipped, D added to the diagonal of the diagonal tile's
 (C B^T o decay o dt) before its product with x, so that x is loaded once (64 registers like the
 shipped kernel; D then passes through bf16 with that diagonal). VARIANT=diagonal with
-CHUNK_SCAN names as at fdb271b reproduces the first run. M2OUT names a folder for results_s.csv.
+CHUNK_SCAN names as at fdb271b reproduces the first run. At c8f467c (VARIANT=dfold, log
+logs/mamba2_run_s_c8f467c.log): dfold faster everywhere, medians of six rounds 1281.2 against
+1319.4 us on (1, 65536, 64) chunk 64 (TileGym tuned 1328.7; the chunk scan 591.8 against 636.2
+us), 208.1 against 212.2 and 243.7 against 249.6 on (4, 16384, 8) at chunks 128 and 64; but its
+error against float64 grew (2.643e-3 against 2.389e-3 on (1, 65536, 64), 2.375e-3 against
+1.984e-3 on (4, 16384, 8)). So then "dloop" beside it (the default VARIANT=dfold,dloop): the
+shipped loop, D x added in fp32 from the x tile the loop loads at kt = mt (a scalar select a
+tile), x loaded once and no rounding added. M2OUT names a folder for the results CSV.
 
     python3 benchmarks/runs/tilegym_precompile.py 3 64 15
     bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_s.py
@@ -30,13 +37,13 @@ from benchmarks.runs.mamba2_race import FIELDS, race, say
 
 OUT = os.environ.get("M2OUT", "/tmp")
 rows = []
-VARIANT = os.environ.get("VARIANT", "dfold")
+VARIANT = os.environ.get("VARIANT", "dfold,dloop")
 VARIANTS = ({"before": dict(CHUNK_SCAN="chunk_scan_v0"), "diagonal": {}} if VARIANT == "diagonal"
-            else {"shipped": {}, VARIANT: dict(CHUNK_SCAN=f"chunk_scan_{VARIANT}")})
+            else {"shipped": {}, **{v: dict(CHUNK_SCAN=f"chunk_scan_{v}") for v in VARIANT.split(",")}})
 
 
 def write():
-    with open(os.path.join(OUT, f"results_s_{VARIANT}.csv"), "w", newline="") as f:
+    with open(os.path.join(OUT, f"results_s_{VARIANT.replace(',', '_')}.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         w.writeheader(); w.writerows(rows)
 

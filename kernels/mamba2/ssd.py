@@ -50,7 +50,7 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: not tuned.
 HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state",
                                                                         "segment_state", "chunk_scan",
-                                                                        "chunk_scan_dfold")}
+                                                                        "chunk_scan_dfold", "chunk_scan_dloop")}
 #: The chunk-scan kernel the fused and staged passes launch (a run races "chunk_scan_dfold", D x
 #: folded into the diagonal, against it; removed after the run).
 CHUNK_SCAN = "chunk_scan"

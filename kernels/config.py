@@ -219,10 +219,6 @@ class RowConfig:
     ahead:            a streamed row (passes > 1) loads pass p + 1 before it folds
                       pass p (1), or after (0): a second register buffer of
                       vecs_per_thread accesses, so that the fold hides behind loads
-    persist:          a staged row (stage "smem") only: 0, one tile of rows a block
-                      (cluster); k > 0, a grid of at most k blocks (clusters) along M,
-                      each walking the row tiles bidx, bidx + k, ... with one staged
-                      tile (copied once the tile before it is written)
     """
 
     threads_per_row: int
@@ -233,13 +229,11 @@ class RowConfig:
     passes: int = 1
     stage: str = "reg"
     ahead: int = 0
-    persist: int = 0
 
     def __repr__(self) -> str:
-        # The stage, ahead and persist are shown only when they are not the default, so that
-        # a configuration without them reads as it always has.
-        names = [f.name for f in fields(self)
-                 if getattr(self, f.name) != f.default or f.name not in ("stage", "ahead", "persist")]
+        # The stage and ahead are shown only when they are not the default, so that a
+        # configuration without them reads as it always has.
+        names = [f.name for f in fields(self) if getattr(self, f.name) != f.default or f.name not in ("stage", "ahead")]
         return f"RowConfig({', '.join(f'{k}={getattr(self, k)!r}' for k in names)})"
 
     @property
@@ -268,10 +262,9 @@ class RowConfig:
         ``(rows_per_block, cols_per_pass)`` elements (stage "smem" only), the partials
         of the block or cluster tier (at most four fp32 a slot), the cluster's
         mbarrier, and up to 128 bytes of alignment before each of the first two."""
-        bufs = 2 if self.persist else 1  # a persistent block alternates two buffers of partials
         staged = self.rows_per_block * self.cols_per_pass * elem_bits // 8 if self.stage == "smem" else 0
         partials = self.rows_per_block * self.warps_per_row * self.cluster_n * 16
-        return staged + 128 + bufs * (partials + 128 + 8)
+        return staged + 128 + partials + 128 + 8
 
     @property
     def max_tier(self) -> str:
@@ -312,8 +305,6 @@ class RowConfig:
             raise ValueError("stage='smem' keeps the whole row: passes must be 1")
         if self.ahead not in (0, 1):
             raise ValueError(f"ahead must be 0 or 1, got {self.ahead!r}")
-        if self.persist < 0 or (self.persist and self.stage != "smem"):
-            raise ValueError(f"persist must be 0, or > 0 with stage='smem', got {self.persist!r} with stage={self.stage!r}")
         if elem_bits is not None and self.smem_bytes(elem_bits) > MAX_SMEM_BYTES:
             raise ValueError(
                 f"{self} needs {self.smem_bytes(elem_bits)} bytes of shared memory per block for "
@@ -381,7 +372,6 @@ def row_config(
         raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
     if keep_row:
         _, tpr, tpb, cluster, *table_stage = _lookup(KEEP_TABLES.get(op, KEEP_ROW_TABLE), elem_bits, n)
-        persist = table_stage[1] if len(table_stage) > 1 and (stage or table_stage[0]) == "smem" else 0
         stage = stage or (table_stage[0] if table_stage else "reg")
         stream_vecs = None
     else:
@@ -401,7 +391,7 @@ def row_config(
     cluster = min(cluster, _next_pow2(math.ceil(nvec / tpr)))
     if keep_row:
         per_thread = math.ceil(nvec / (tpr * cluster))
-        cfg = RowConfig(tpr, tpb, cluster, vec, per_thread, 1, stage, persist=persist)
+        cfg = RowConfig(tpr, tpb, cluster, vec, per_thread, 1, stage)
         if stage == "reg" and per_thread * vec > MAX_KEPT_ELEMS:
             raise ValueError(
                 f"a row of {n} elements does not fit in registers with max_tier={max_tier!r} "

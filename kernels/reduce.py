@@ -205,15 +205,13 @@ def block_reduce(vals, op: cutlass.Constexpr, buf: cute.Tensor, warps_per_row: c
 
 
 @cute.jit
-def cluster_reduce_setup(mbar: cute.Pointer, count: cutlass.Constexpr[int] = 1):
+def cluster_reduce_setup(mbar: cute.Pointer):
     """Before any block of the cluster may write into a peer: each block arms its
-    own mbarrier (one arrival: the local expect_tx; ``count`` of them in a row, one a
-    buffer of partials), fences the init so the async proxy sees it, and signals the
-    cluster barrier. ``cluster_wait`` comes later, as late as possible, so the wait
-    hides behind the loads."""
+    own mbarrier (one arrival: the local expect_tx), fences the init so the async
+    proxy sees it, and signals the cluster barrier. ``cluster_wait`` comes later,
+    as late as possible, so the wait hides behind the loads."""
     if cute.arch.thread_idx()[0] == 0:
-        for i in cutlass.range_constexpr(count):
-            cute.arch.mbarrier_init(mbar + i, 1)
+        cute.arch.mbarrier_init(mbar, 1)
     cute.arch.mbarrier_init_fence()
     cute.arch.cluster_arrive_relaxed()
 
@@ -227,16 +225,13 @@ def cluster_reduce(
     warps_per_row: cutlass.Constexpr[int],
     cluster_n: cutlass.Constexpr[int],
     slot_width: cutlass.Constexpr[int],
-    phase=0,
 ):
     """Cluster tier: every warp sends its partial to slot
     ``rank * warps_per_row + warp_in_row`` of ``buf[row]`` in *every* block of the
     cluster with ``st.async`` (lane i writes to peer i). Each store adds its bytes to
     the receiving block's mbarrier transaction count; a block waits until all
     ``warps_per_row * cluster_n`` partials of each of its rows have landed, then
-    folds them locally. One exchange, no second round trip. A block that exchanges
-    again with the same ``buf`` and ``mbar`` passes the mbarrier's ``phase`` (0 on
-    the first exchange, then 1, 0, ...)."""
+    folds them locally. One exchange, no second round trip."""
     warp = cute.arch.warp_idx()
     lane = cute.arch.lane_idx()
     rows_per_block = cute.size(buf, mode=[0])
@@ -251,7 +246,7 @@ def cluster_reduce(
         words += [Int32(0)] * (slot_width - op.width)
         dst = buf.iterator + cute.crd2idx((row, rank * warps_per_row + col, 0), buf.layout)
         cute.arch.store_async_dsmem(dst, words[0] if slot_width == 1 else tuple(words), mbar, lane)
-    cute.arch.mbarrier_wait(mbar, phase)
+    cute.arch.mbarrier_wait(mbar, 0)
     return _read_slots(buf, row, warps_per_row * cluster_n, op)
 
 
@@ -268,20 +263,15 @@ def row_reduce(
     cluster_n: cutlass.Constexpr[int],
     buf,
     mbar,
-    phase=0,
-    wait_cluster: cutlass.Constexpr[bool] = True,
 ):
     """Climb the tiers above the thread: warp, then block or cluster, using only
     those the configuration needs. ``vals`` is this thread's folded tuple; every
-    thread of the row gets the row's result. A block that reduces more than one tile
-    of rows waits for the cluster's set-up (``cute.arch.cluster_wait``) once, before its
-    first, and passes ``wait_cluster=False`` and the mbarrier's ``phase``."""
+    thread of the row gets the row's result."""
     vals = warp_reduce(vals, op, min(threads_per_row, WARP_SIZE))
     warps_per_row = const_expr(max(1, threads_per_row // WARP_SIZE))
     if const_expr(cluster_n > 1):
-        if const_expr(wait_cluster):
-            cute.arch.cluster_wait()
-        vals = cluster_reduce(vals, op, buf, mbar, warps_per_row, cluster_n, slot_width(op), phase)
+        cute.arch.cluster_wait()
+        vals = cluster_reduce(vals, op, buf, mbar, warps_per_row, cluster_n, slot_width(op))
     elif const_expr(warps_per_row > 1):
         vals = block_reduce(vals, op, buf, warps_per_row)
     return vals

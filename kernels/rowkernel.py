@@ -26,7 +26,7 @@ from typing import Optional
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
-from cutlass import Float32, Int32, Int64, const_expr
+from cutlass import Float32, Int64, const_expr
 
 from .config import RowConfig
 from .reduce import Combine, cluster_reduce_setup, row_reduce, slot_width
@@ -225,83 +225,6 @@ class RowKernel:
             state = op.combine(state, self.fold_buffer(buf1))
         return state
 
-    # ---- a row staged in shared memory ---------------------------------------------
-    @cute.jit
-    def stage_in(self, gX, cX, sX, tile, thr, even_n, m):
-        """Issue the copies of this thread's part of column tile ``tile`` of the row tile
-        ``gX`` into ``sX`` (``cp.async``, in ``stage_groups`` commit groups, each committed even
-        where the rows lie past M and nothing is copied); returns the coordinates, the
-        predicate and the thread's partition of ``sX``. Rows past M are not copied (and never
-        stored); accesses past N are zero-filled by cp.async (or skipped), and read back as the
-        op's neutral value."""
-        cfg = self.cfg
-        tXgX, tXcX, tXpX = self.row_view(gX, cX, tile, thr, even_n)
-        tXsX = thr.partition_D(sX)
-        groups = math.gcd(self.stage_groups, cfg.vecs_per_thread)
-        per_group = cfg.vecs_per_thread // groups
-        if const_expr(groups == 1):
-            if tXcX[0][0] < m:
-                cute.copy(make_stage_copy(sX.element_type, cfg.vec), tXgX, tXsX, pred=tXpX)
-            cute.arch.cp_async_commit_group()
-        else:  # one commit group per `per_group` accesses, so the fold can start on the first
-            stage_copy = make_stage_copy(sX.element_type, cfg.vec)
-            for g in cutlass.range_constexpr(groups):
-                if tXcX[0][0] < m:
-                    for k in cutlass.range_constexpr(g * per_group, (g + 1) * per_group):
-                        cute.copy(stage_copy, tXgX[None, None, k], tXsX[None, None, k],
-                                  pred=None if const_expr(tXpX is None) else tXpX[None, None, k])
-                cute.arch.cp_async_commit_group()
-        return tXcX, tXpX, tXsX
-
-    @cute.jit
-    def stage_fold(self, tXsX, tXpX, load, later: cutlass.Constexpr[int]):
-        """The thread tier over a staged row, one access at a time, each access once its
-        commit group has landed (``later``: groups this thread committed after the row's).
-        wait_group makes this thread's own cp.async writes visible to this thread. Every
-        thread reads back exactly the elements it copied (the same partition of the same
-        tile, in the fold and in the epilogue), so no barrier is needed."""
-        cfg, op = self.cfg, self.op
-        groups = math.gcd(self.stage_groups, cfg.vecs_per_thread)
-        per_group = cfg.vecs_per_thread // groups
-        state = None
-        for k in cutlass.range_constexpr(cfg.vecs_per_thread):
-            if const_expr(k % per_group == 0):  # the groups up to k's have landed
-                cute.arch.cp_async_wait_group(later + groups - 1 - k // per_group)
-            part = op.fold(self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32)))
-            state = part if k == 0 else op.combine(state, part)
-        return state
-
-    def weight_ahead_count(self) -> int:
-        cfg = self.cfg
-        w_ahead = self.weight_ahead if self.weight_ahead is not None else (
-            cfg.vecs_per_thread if cfg.vecs_per_thread >= WEIGHT_ALL_FROM else WEIGHT_AHEAD)
-        return min(w_ahead, cfg.vecs_per_thread)
-
-    @cute.jit
-    def stage_weight(self, mW, shape, tiler_mn, bidx, tile, thr, tXpX, load):
-        """A staged row's weight: the thread's partition, and its first accesses loaded ahead
-        of the epilogue (``WEIGHT_AHEAD``, or all of them from ``WEIGHT_ALL_FROM``)."""
-        tXgW = self.weight_tile(mW, shape, tiler_mn, bidx, tile, thr)
-        return tXgW, [self.load_access(tXgW, tXpX, k, load) for k in range(self.weight_ahead_count())]
-
-    @cute.jit
-    def stage_out(self, mO, tiler_mn, bidx, tile, thr, tXsX, tXpX, tXcX, tXgW, tXrW, result, scalar, load, m):
-        """The epilogue of a staged row: read it back from shared memory one access at a time,
-        transform, the op's epilogue (with the weight's access, loaded ``weight_ahead_count``
-        accesses ahead), a 128-bit store."""
-        cfg = self.cfg
-        w_ahead = self.weight_ahead_count()
-        tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
-        for k in cutlass.range_constexpr(cfg.vecs_per_thread):
-            if const_expr(tXgW is not None and k + w_ahead < cfg.vecs_per_thread):
-                tXrW.append(self.load_access(tXgW, tXpX, k + w_ahead, load))
-            w_k = None if const_expr(tXgW is None) else tXrW[k].load().to(Float32)
-            x_k = self.transform(self.load_access(tXsX, tXpX, k, load).load().to(Float32))
-            tXrO_k = cute.make_rmem_tensor_like(tXgO[None, None, k])
-            tXrO_k.store(self.row_epilogue(x_k, result, w_k, scalar).to(mO.element_type))
-            if tXcX[0][0] < m:
-                cute.copy(load, tXrO_k, tXgO[None, None, k], pred=None if tXpX is None else tXpX[None, None, k])
-
     # ---- host side ---------------------------------------------------------------
     @cute.jit
     def __call__(self, mX: cute.Tensor, mO: cute.Tensor, mW: Optional[cute.Tensor],
@@ -309,90 +232,12 @@ class RowKernel:
         cfg = self.cfg
         tiled_copy = make_row_copy(mX.element_type, cfg)
         tiler_mn = (cfg.rows_per_block, cfg.cols_per_pass)
-        tiles = cute.ceil_div(mX.shape[0], cfg.rows_per_block)
-        kernel = self.kernel
-        if const_expr(cfg.persist > 0):
-            kernel, tiles = self.kernel_persistent, cutlass.min(tiles, cfg.persist)
-        kernel(mX, mO, mW, mT, mErr, scalar, tiled_copy, tiler_mn).launch(
-            grid=[tiles, cfg.cluster_n, 1],
+        self.kernel(mX, mO, mW, mT, mErr, scalar, tiled_copy, tiler_mn).launch(
+            grid=[cute.ceil_div(mX.shape[0], cfg.rows_per_block), cfg.cluster_n, 1],
             block=[cfg.threads_per_block, 1, 1],
             cluster=[1, cfg.cluster_n, 1] if const_expr(cfg.cluster_n > 1) else None,
             stream=stream,
         )
-
-    @cute.kernel
-    def kernel_persistent(self, mX: cute.Tensor, mO: cute.Tensor, mW: Optional[cute.Tensor],
-                          mT: Optional[cute.Tensor], mErr: Optional[cute.Tensor], scalar,
-                          tiled_copy: cute.TiledCopy, tiler_mn: cute.Shape):
-        """A staged row kernel (``cfg.persist``) whose blocks (clusters) each walk the row
-        tiles bidx, bidx + G, ... (G: the grid's blocks along M) with one staged tile and two
-        buffers of partials, taken in turn: a block does what the table's blocks do, tile after
-        tile, but G clusters are launched and placed once, instead of one per tile, and each
-        does the same number of tiles (give or take one)."""
-        cfg, op, n = self.cfg, self.op, self.n
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, rank, _ = cute.arch.block_idx()
-        grid_m, _, _ = cute.arch.grid_dim()
-        if const_expr(cfg.cluster_n == 1):
-            rank = 0
-        m = mX.shape[0]
-        n_tiles = cute.ceil_div(m, cfg.rows_per_block)
-
-        smem = cutlass.memory.SmemAllocator()
-        bufs, mbar = None, None
-        if const_expr(cfg.cluster_n > 1 or cfg.warps_per_row > 1):  # two buffers of partials, taken in turn
-            bufs = smem.allocate_tensor(
-                Float32,
-                cute.make_ordered_layout(
-                    (cfg.rows_per_block, cfg.warps_per_row * cfg.cluster_n, slot_width(op), 2), order=(2, 1, 0, 3)),
-                byte_alignment=16,
-            )
-        if const_expr(cfg.cluster_n > 1):
-            mbar = smem.allocate_array(Int64, num_elems=2)
-            cluster_reduce_setup(mbar, 2)
-        sX = smem.allocate_tensor(mX.element_type, cute.make_ordered_layout(tiler_mn, order=(1, 0)),
-                                  byte_alignment=128)
-
-        idX = cute.make_identity_tensor(mX.shape)
-        thr = tiled_copy.get_slice(tidx)
-        even_n = const_expr(n == cfg.cols_covered)
-        load = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
-                                   num_bits_per_copy=cfg.vec * mX.element_type.width)
-
-        views = (mX, idX, tiler_mn, rank, thr, even_n, m)
-        self.stage_in(*self.tile_views(bidx, *views), sX, rank, thr, even_n, m)
-        if const_expr(cfg.cluster_n > 1):
-            cute.arch.cluster_wait()
-        trip = Int32(0)
-        for t in cutlass.range(bidx, n_tiles, grid_m, unroll=1):
-            sel = trip & 1  # the buffer of partials (and mbarrier) of this tile; its phase flips every two
-            buf = None if const_expr(bufs is None) else bufs[None, None, None, sel]
-            bar = None if const_expr(mbar is None) else mbar + sel
-            self.stage_tile(t, views, sX, buf, bar, (trip >> 1) & 1, mO, mW, scalar, load)
-            if t + grid_m < n_tiles:  # the tile is written: its shared memory takes the next one
-                self.stage_in(*self.tile_views(t + grid_m, *views), sX, rank, thr, even_n, m)
-            trip = trip + 1
-
-    def tile_views(self, t, mX, idX, tiler_mn, rank, thr, even_n, m):
-        """Row tile ``t`` of the input and of its coordinates."""
-        return cute.local_tile(mX, tiler_mn, (t, None)), cute.local_tile(idX, tiler_mn, (t, None))
-
-    @cute.jit
-    def stage_tile(self, t, views, sX, buf, bar, phase, mO, mW, scalar, load):
-        """A persistent block's work on row tile ``t``, staged in ``sX`` (its copy issued, and
-        the next tile's after it): fold it as its groups land, reduce it with ``buf`` and the
-        mbarrier ``bar`` (in ``phase``), write it."""
-        cfg = self.cfg
-        mX, idX, tiler_mn, rank, thr, even_n, m = views
-        gX, cX = self.tile_views(t, *views)
-        _, tXcX, tXpX = self.row_view(gX, cX, rank, thr, even_n)
-        tXsX = thr.partition_D(sX)
-        state = self.stage_fold(tXsX, tXpX, load, 0)
-        tXgW, tXrW = None, []
-        if const_expr(mW is not None):
-            tXgW, tXrW = self.stage_weight(mW, mX.shape, tiler_mn, t, rank, thr, tXpX, load)
-        result = row_reduce(state, self.op, cfg.threads_per_row, cfg.cluster_n, buf, bar, phase, wait_cluster=False)
-        self.stage_out(mO, tiler_mn, t, rank, thr, tXsX, tXpX, tXcX, tXgW, tXrW, result, scalar, load, m)
 
     # ---- device side -------------------------------------------------------------
     @cute.kernel
@@ -450,8 +295,31 @@ class RowKernel:
             # 1'. or copy it into shared memory and fold it from there, one access at a
             # time. Rows past M are not copied (and never stored); accesses past N are
             # zero-filled by cp.async (or skipped), and read back as the op's neutral value.
-            tXcX, tXpX, tXsX = self.stage_in(gX, cX, sX, tile, thr, even_n, m)
-            state = self.stage_fold(tXsX, tXpX, load, 0)
+            tXgX, tXcX, tXpX = self.row_view(gX, cX, tile, thr, even_n)
+            tXsX = thr.partition_D(sX)
+            groups = math.gcd(self.stage_groups, cfg.vecs_per_thread)
+            per_group = cfg.vecs_per_thread // groups
+            if const_expr(groups == 1):
+                if tXcX[0][0] < m:
+                    cute.copy(make_stage_copy(mX.element_type, cfg.vec), tXgX, tXsX, pred=tXpX)
+                cute.arch.cp_async_commit_group()
+            else:  # one commit group per `per_group` accesses, so the fold can start on the first
+                stage_copy = make_stage_copy(mX.element_type, cfg.vec)
+                for g in cutlass.range_constexpr(groups):
+                    if tXcX[0][0] < m:
+                        for k in cutlass.range_constexpr(g * per_group, (g + 1) * per_group):
+                            cute.copy(stage_copy, tXgX[None, None, k], tXsX[None, None, k],
+                                      pred=None if const_expr(tXpX is None) else tXpX[None, None, k])
+                    cute.arch.cp_async_commit_group()
+            # wait_group makes this thread's own cp.async writes visible to this thread.
+            # Every thread reads back exactly the elements it copied (the same partition
+            # of the same tile, in the fold and in the epilogue), so no barrier is needed.
+            state = None
+            for k in cutlass.range_constexpr(cfg.vecs_per_thread):
+                if const_expr(k % per_group == 0):  # the groups up to k's have landed
+                    cute.arch.cp_async_wait_group(groups - 1 - k // per_group)
+                part = op.fold(self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32)))
+                state = part if k == 0 else op.combine(state, part)
         else:
             tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
             if tXcX[0][0] < m:
@@ -484,15 +352,29 @@ class RowKernel:
         if const_expr(mW is not None and prefetch_w):
             w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
         tXgW, tXrW = None, []
+        w_ahead = self.weight_ahead if self.weight_ahead is not None else (
+            cfg.vecs_per_thread if cfg.vecs_per_thread >= WEIGHT_ALL_FROM else WEIGHT_AHEAD)
         if const_expr(mW is not None and staged):
-            tXgW, tXrW = self.stage_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, tXpX, load)
+            tXgW = self.weight_tile(mW, mX.shape, tiler_mn, bidx, tile, thr)
+            tXrW = [self.load_access(tXgW, tXpX, k, load) for k in range(min(w_ahead, cfg.vecs_per_thread))]
 
         # 2. the tiers above the thread
         result = row_reduce(state, op, cfg.threads_per_row, cfg.cluster_n, buf, mbar)
 
         # 3. epilogue
         if const_expr(staged):
-            self.stage_out(mO, tiler_mn, bidx, tile, thr, tXsX, tXpX, tXcX, tXgW, tXrW, result, scalar, load, m)
+            # Read the row back from shared memory, one access at a time: transform, the
+            # op's epilogue (with the weight's access), a 128-bit store.
+            tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
+            for k in cutlass.range_constexpr(cfg.vecs_per_thread):
+                if const_expr(mW is not None and k + w_ahead < cfg.vecs_per_thread):
+                    tXrW.append(self.load_access(tXgW, tXpX, k + w_ahead, load))
+                w_k = None if const_expr(mW is None) else tXrW[k].load().to(Float32)
+                x_k = self.transform(self.load_access(tXsX, tXpX, k, load).load().to(Float32))
+                tXrO_k = cute.make_rmem_tensor_like(tXgO[None, None, k])
+                tXrO_k.store(self.row_epilogue(x_k, result, w_k, scalar).to(mO.element_type))
+                if tXcX[0][0] < m:
+                    cute.copy(load, tXrO_k, tXgO[None, None, k], pred=None if tXpX is None else tXpX[None, None, k])
         elif const_expr(self.writes_rows):
             if const_expr(mW is not None and not prefetch_w):
                 w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)

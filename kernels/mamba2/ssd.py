@@ -49,11 +49,7 @@ ct = None  # cuda.tile, imported on first use (the package imports without it)
 #: the defaults: its FMA products spill either way (4-17 KB of local memory a thread) and are
 #: not tuned.
 HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state",
-                                                                        "segment_state", "chunk_scan",
-                                                                        "chunk_scan_dfold", "chunk_scan_dloop")}
-#: The chunk-scan kernel the fused and staged passes launch (a run races "chunk_scan_dfold", D x
-#: folded into the diagonal, against it; removed after the run).
-CHUNK_SCAN = "chunk_scan"
+                                                                        "segment_state", "chunk_scan")}
 #: Blocks of the one-kernel pass's scan an SM holds (its occupancy hint), which SINGLE_MIN_SEQUENCES
 #: and ``scan_tile`` fill. H200, chunk 64: 453 -> 368 us against the default (benchmarks/runs/mamba2_run_d.py).
 SCAN_OCCUPANCY = 2
@@ -326,7 +322,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("state_passing", (b * h, p // bp, n // bn), (states, cums, init_, entering, final, nc, h, Q, bp, bn, has_init)),
             ("bmm", (b * nc * g, Q // BM, Q // BM), (C, B, cb, nc, g, Q, BM, n)),
         ]
-    launches.append((CHUNK_SCAN, (b * nc * h, Q // BM, 1),
+    launches.append(("chunk_scan", (b * nc * h, Q // BM, 1),
                      (x, C, cb, dts, cums, entering, D_, out, nc, h, r, Q, BM, p, n, has_D)))
     return launches, out, final
 

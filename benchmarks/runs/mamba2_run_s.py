@@ -25,7 +25,13 @@ us), 208.1 against 212.2 and 243.7 against 249.6 on (4, 16384, 8) at chunks 128 
 error against float64 grew (2.643e-3 against 2.389e-3 on (1, 65536, 64), 2.375e-3 against
 1.984e-3 on (4, 16384, 8)). So then "dloop" beside it (the default VARIANT=dfold,dloop): the
 shipped loop, D x added in fp32 from the x tile the loop loads at kt = mt (a scalar select a
-tile), x loaded once and no rounding added. M2OUT names a folder for the results CSV.
+tile), x loaded once and no rounding added. At fc535e5 (same log), medians of six rounds on
+(1, 65536, 64) chunk 64: shipped 1317.5 us, dfold 1278.1, dloop 1285.8, TileGym tuned 1324.3
+(dloop ahead of TileGym in all six; first calls 1285.9, 1244.9, 1241.5, 1267.3; chunk scan 616.6,
+578.1, 580.8 us); (4, 16384, 8) chunk 128: 214.7, 217.6, 210.9; chunk 64: 249.8, 243.3, 245.4;
+dloop's errors those of the shipped kernel. dloop became the chunk scan at 64b8c0a (the same
+machine code), which removed the variants and ``ssd.CHUNK_SCAN``: check fc535e5 out to run this
+again. M2OUT names a folder for the results CSV. All three runs: book/data/mamba2_run_s.csv.
 
     python3 benchmarks/runs/tilegym_precompile.py 3 64 15
     bash benchmarks/h200.sh run benchmarks/runs/mamba2_run_s.py

@@ -15,6 +15,14 @@ the table's shape, the candidates and QuACK are timed in ROUNDS alternating roun
 (op:dtype:N). M2OUT names a folder for persist1.csv.
 
     bash benchmarks/h200.sh run benchmarks/runs/persist1.py
+
+Ran at fdb271b (book/data/persist1.csv, logs/persist1_and_mamba2_run_s_fdb271b.log): all 114
+candidates matched float64, and every one lost to the table's shape, three rounds beside it and
+QuACK. Best persistent grid against the table, % of the copy ceiling: RMSNorm bf16 65,536 89.5
+(G = 66) against 96.3, 131,072 89.6 (50) against 96.1, 262,144 91.8 (29) against 95.2, fp32 262,144
+92.2 (14) against 94.4; softmax bf16 65,536 82.0 (116) against 96.6, 131,072 80.8 (58) against
+96.7, 262,144 83.4 (43) against 96.0; the worst grids 42.6-76.3. The next commit (64b8c0a)
+removed ``RowConfig.persist`` again; check fdb271b out to run this.
 """
 import os
 import sys

@@ -113,10 +113,6 @@ class RowKernel:
     #: for before the fold starts); where it does not divide ``vecs_per_thread``, their greatest
     #: common divisor.
     stage_groups: int = 1
-    #: How the epilogue's stores of the output row are cached: None, as a plain store
-    #: (``st.global``); or a ``StoreCacheMode`` name, e.g. "STREAMING" (``st.global.cs``: the
-    #: lines are the first evicted from L2, for data not read again soon).
-    store_mode: str | None = None
 
     def __init__(self, dtype, n: int, cfg: RowConfig):
         cfg.check(n, dtype.width)
@@ -366,11 +362,6 @@ class RowKernel:
         result = row_reduce(state, op, cfg.threads_per_row, cfg.cluster_n, buf, mbar)
 
         # 3. epilogue
-        store = load
-        if const_expr(self.store_mode is not None):
-            store = cute.make_copy_atom(
-                cute.nvgpu.CopyR2GOp(), mO.element_type, num_bits_per_copy=cfg.vec * mO.element_type.width,
-                store_cache_mode=getattr(cute.nvgpu.StoreCacheMode, self.store_mode))
         if const_expr(staged):
             # Read the row back from shared memory, one access at a time: transform, the
             # op's epilogue (with the weight's access), a 128-bit store.
@@ -383,7 +374,7 @@ class RowKernel:
                 tXrO_k = cute.make_rmem_tensor_like(tXgO[None, None, k])
                 tXrO_k.store(self.row_epilogue(x_k, result, w_k, scalar).to(mO.element_type))
                 if tXcX[0][0] < m:
-                    cute.copy(store, tXrO_k, tXgO[None, None, k], pred=None if tXpX is None else tXpX[None, None, k])
+                    cute.copy(load, tXrO_k, tXgO[None, None, k], pred=None if tXpX is None else tXpX[None, None, k])
         elif const_expr(self.writes_rows):
             if const_expr(mW is not None and not prefetch_w):
                 w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
@@ -392,7 +383,7 @@ class RowKernel:
             tXrO = cute.make_rmem_tensor_like(tXgO)
             tXrO.store(y.to(mO.element_type))
             if tXcX[0][0] < m:
-                cute.copy(store, tXrO, tXgO, pred=tXpX)
+                cute.copy(load, tXrO, tXgO, pred=tXpX)
         else:
             if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
                 # without early_prologue, the thread that writes loads what the epilogue needs here

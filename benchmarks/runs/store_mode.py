@@ -8,6 +8,13 @@ keep the cache. Here RMSNorm and softmax at POINTS (op:dtype:N), each kernel che
 float64 over every row, then ROUNDS alternating rounds. M2OUT names a folder for store_mode.csv.
 
     bash benchmarks/h200.sh run benchmarks/runs/store_mode.py
+
+Ran at 51fa85d (book/data/store_mode.csv, logs/store_mode_51fa85d.log): the streaming stores
+were slower than the plain ones at every point, in every round: % of the copy ceiling, plain
+against streaming, RMSNorm bf16 8k 98.06 / 97.24, 64k 96.54 / 96.08, 128k 95.94 / 95.84, 256k
+95.33 / 94.92, fp32 256k 93.96 / 93.37; softmax bf16 32k 96.72 / 96.02, 64k 96.20 / 95.84, 128k
+97.10 / 96.58, 256k 96.02 / 95.69. The next commit removed ``RowKernel.store_mode``; check 51fa85d
+out to run this.
 """
 import os
 import statistics

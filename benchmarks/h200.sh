@@ -9,6 +9,9 @@
 #       configurations first in parallel: python3 benchmarks/runs/tilegym_precompile.py SHAPE CHUNK
 #       (115 configurations in 96 s; the suite's tuning then took 47 s at chunk 256, 64a13fe)
 #   bash benchmarks/h200.sh run SCRIPT      a script of benchmarks/runs (e.g. M2LAT=2 ... benchmarks/runs/mamba2_run_f.py)
+# Each device call starts from this checkout's tracked files: what a suite wrote into book/data in
+# one call is gone in the next. Copy its CSV and JSON back here (and commit them) before an
+# --append run in a later call, or the later call appends to the old file (2026-11-30, mamba2).
 # Logs and results are packed into $OUT/<stage>.tgz (one file: the device tool returns at most
 # 8 files from $OUT; never copy results there one by one). Each chapter takes 20-25 s to
 # execute on the H200 (measured 2026-11-29), nbval as long again (5 files in parallel).

@@ -78,6 +78,12 @@ KEEP_ROW_TABLE = {
     ),
 }
 
+
+def _own_rows(own: dict) -> dict:
+    """KEEP_ROW_TABLE with an op's own rows ({bits: {bound: row}}) in place of the shared ones."""
+    return {bits: tuple(own.get(bits, {}).get(row[0], row) for row in rows) for bits, rows in KEEP_ROW_TABLE.items()}
+
+
 # Softmax (op "softmax") folds two values a row (max and sum) across the cluster where
 # RMSNorm folds one, and at 32k 16-bit elements it wanted a smaller block over more of them
 # (`python -m benchmarks.sweep --op softmax rmsnorm --n 32768`, book/data/sweep_keep_mid.csv:
@@ -91,11 +97,6 @@ KEEP_ROW_TABLE = {
 # thread): 96.76% of the copy ceiling against 96.10% for the shared shape, ahead of QuACK in
 # five rounds of five (1.0097x against 1.0028x; benchmarks/runs/near_misses.py with POINTS,
 # book/data/near_misses_2.csv, H200, commit 13fc268).
-def _own_rows(own: dict) -> dict:
-    """KEEP_ROW_TABLE with an op's own rows ({bits: {bound: row}}) in place of the shared ones."""
-    return {bits: tuple(own.get(bits, {}).get(row[0], row) for row in rows) for bits, rows in KEEP_ROW_TABLE.items()}
-
-
 # Softmax's fp32 rows of 65,537-131,072 want staging, 512 threads a row and a cluster of 16 (four
 # 128-bit accesses a thread): 97.81% of the copy ceiling against 96.91% for the shared shape (in
 # registers, 256 threads, a cluster of 16), ahead of the shared shape and of QuACK in five rounds

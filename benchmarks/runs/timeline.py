@@ -1,0 +1,213 @@
+"""Where does a launch's fixed cost go? Every block's start and end, from the global timer. (H200)
+
+`wave_tail.py` fitted t = t0 + M b / B through times at many M: at the longest bf16 rows ours
+streams as fast as a copy (B) but pays 5-8 us a launch (t0) against copy_'s 2.2, and
+cross-entropy 5.4-7.3 us against the read probe's 4.5. Chapter 7 read that as the drain at
+the end of a launch (a staged block holds 32-64 KiB from its first load to its last store),
+without measuring it. Here the table's kernel of each point is built once more with
+``RowKernel.block_start`` / ``block_end`` reading ``%globaltimer``: the first thread of each
+block writes when the block started and ended, and its SM. From one launch's blocks:
+
+* ``span``: first block start to last block end; ``outside`` = the launch's CUDA-event time
+  minus the span (launch, first block's dispatch, the last stores' flush);
+* the bytes each block moves spread evenly over its life give the launch's transfer curve;
+  a line through its middle half (25-75% of the bytes) gives the streaming rate ``rate`` (as a
+  fraction of the ceiling) and where it meets 0 and all the bytes: ``head`` (first start until
+  the line's zero: the first round trips and dispatch) and ``tail`` (the line's end until the
+  last block ends: the drain), so that event time = outside + head + bytes / rate + tail;
+* block lifetimes (median), blocks in flight at once, and the time from the last block's
+  start to the end (``last_start_to_end``).
+
+The clocked kernels are timed beside the plain ones first (``x_plain``: the clocks' own cost).
+One line a point; M2OUT names a folder for timeline.csv (summary) and timeline_curves.csv (blocks
+in flight and transfer rate, 0.25 us bins, of the launch summarised).
+
+    bash benchmarks/h200.sh run benchmarks/runs/timeline.py
+"""
+import contextlib
+import csv
+import importlib
+import os
+import statistics
+import sys
+
+import numpy as np
+import torch
+
+import cutlass.cute as cute
+from cutlass import Int64
+
+sys.path.insert(0, ".")
+from benchmarks import harness as H  # noqa: E402
+from benchmarks.bytes import bytes_moved  # noqa: E402
+from benchmarks.run import rows_for  # noqa: E402
+import kernels.compile as C  # noqa: E402
+
+POINTS = [("rmsnorm", "bf16", 262144), ("rmsnorm", "bf16", 131072), ("rmsnorm", "bf16", 65536),
+          ("rmsnorm", "bf16", 1024), ("rmsnorm", "fp32", 262144), ("softmax", "bf16", 131072),
+          ("cross_entropy", "bf16", 65536), ("cross_entropy", "bf16", 1024), ("reduce", "bf16", 65536)]
+if os.environ.get("POINTS"):
+    POINTS = [(op, dt, int(n)) for op, dt, n in (p.split(":") for p in os.environ["POINTS"].split(","))]
+LAUNCHES = int(os.environ.get("LAUNCHES", "3"))
+OUT = os.environ.get("M2OUT", "/tmp")
+DT = {"bf16": torch.bfloat16, "fp32": torch.float32}
+MODULE = {"rmsnorm": ("kernels.rmsnorm", "RMSNorm"), "softmax": ("kernels.softmax", "Softmax"),
+          "cross_entropy": ("kernels.cross_entropy", "CrossEntropy"), "reduce": ("kernels.reduction", "RowReduce")}
+MAX_BLOCKS = 1 << 17
+BIN_NS = 250
+
+
+def clocked(base, addr: int):
+    """``base`` whose blocks write (start, end, SM) in ns into the int64 buffer at ``addr``."""
+    class Clocked(base):
+        @cute.jit
+        def block_start(self):
+            return cute.arch.globaltimer()
+
+        @cute.jit
+        def block_end(self, start, tidx, bidx, rank):
+            if tidx == 0:
+                end = cute.arch.globaltimer()
+                t = cute.make_tensor(cute.make_ptr(Int64, addr, cute.AddressSpace.gmem, assumed_align=16),
+                                     cute.make_layout((MAX_BLOCKS, 4), stride=(4, 1)))
+                b = bidx * self.cfg.cluster_n + rank
+                t[b, 0] = start
+                t[b, 1] = end
+                t[b, 2] = Int64(cute.arch.smid())
+    return Clocked
+
+
+@contextlib.contextmanager
+def cache(entries: dict):
+    """The compile cache holding ``entries`` only, for the duration of the block."""
+    saved = dict(C._CACHE)
+    C._CACHE.clear()
+    C._CACHE.update(entries)
+    try:
+        yield
+    finally:
+        entries.clear()
+        entries.update(C._CACHE)
+        C._CACHE.clear()
+        C._CACHE.update(saved)
+
+
+def make_call(op, x):
+    if op == "cross_entropy":
+        from kernels.cross_entropy import cross_entropy
+        t = torch.randint(0, x.shape[1], (x.shape[0],), device="cuda")
+        return lambda: cross_entropy(x, t, reduction="none", check_target=False)
+    if op == "rmsnorm":
+        from kernels.rmsnorm import rmsnorm
+        w = torch.randn(x.shape[1], device="cuda", dtype=x.dtype)
+        return lambda: rmsnorm(x, w, 1e-6)
+    if op == "softmax":
+        from kernels.softmax import softmax
+        return lambda: softmax(x)
+    from kernels.reduction import reduce_rows
+    return lambda: reduce_rows(x, "sum")
+
+
+def analyse(s, e, nbytes, event_us, ceiling):
+    """The summary of one launch from its blocks' starts and ends (ns) and its bytes."""
+    t0 = s.min()
+    s, e = (s - t0).astype(np.float64), (e - t0).astype(np.float64)
+    span = e.max()
+    b = nbytes / len(s)  # bytes a block (the blocks of a launch move equal shares)
+    nb = int(span // BIN_NS) + 2
+    rate = np.zeros(nb + 1)  # bytes per ns, piecewise over bins
+    life = np.maximum(e - s, 1.0)
+    np.add.at(rate, (s // BIN_NS).astype(int), b / life)
+    np.add.at(rate, (e // BIN_NS).astype(int), -b / life)
+    rate = np.cumsum(rate)[:nb]
+    active = np.zeros(nb + 1)
+    np.add.at(active, (s // BIN_NS).astype(int), 1)
+    np.add.at(active, (e // BIN_NS).astype(int), -1)
+    active = np.cumsum(active)[:nb]
+    moved = np.cumsum(rate) * BIN_NS  # transfer curve at the end of each bin
+    t = (np.arange(nb) + 1) * BIN_NS
+    mid = (moved >= 0.25 * nbytes) & (moved <= 0.75 * nbytes)
+    slope, icpt = np.polyfit(t[mid], moved[mid], 1)  # bytes per ns
+    head = -icpt / slope
+    tail = span - (nbytes - icpt) / slope
+    ticks = np.diff(np.unique(np.concatenate([s, e])))
+    return {
+        "event_us": round(event_us, 2), "span_us": round(span / 1e3, 2), "outside_us": round(event_us - span / 1e3, 2),
+        "head_us": round(head / 1e3, 2), "tail_us": round(tail / 1e3, 2),
+        "rate": round(slope * 1e9 / 1e12 / ceiling, 4), "stream_us": round(nbytes / slope / 1e3, 2),
+        "blocks": len(s), "life_us_median": round(float(np.median(e - s)) / 1e3, 2),
+        "in_flight_median": int(np.median(active[mid])), "last_start_to_end_us": round((span - s.max()) / 1e3, 2),
+        "timer_tick_ns": int(ticks[ticks > 0].min()) if (ticks > 0).any() else 0,
+    }, t, active, rate
+
+
+def main():
+    ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
+    print("ceilings", ceil, flush=True)
+    buf = torch.zeros(MAX_BLOCKS, 4, dtype=torch.int64, device="cuda")
+    rows, curves = [], []
+    for op, dname, n in POINTS:
+        dt = DT[dname]
+        m = rows_for(n)
+        x = torch.randn(m, n, device="cuda", dtype=dt)
+        nbytes = bytes_moved(op, m, n, x.element_size())
+        ceiling = ceil["read" if op in ("cross_entropy", "reduce") else "copy"]
+        call = make_call(op, x)
+        call()  # the plain kernel, compiled into the shared cache
+        modname, cls = MODULE[op]
+        mod = importlib.import_module(modname)
+        base = getattr(mod, cls)
+        entries = {}
+        setattr(mod, cls, clocked(base, buf.data_ptr()))
+        try:
+            with cache(entries):
+                call()
+        finally:
+            setattr(mod, cls, base)
+
+        def clocked_call():
+            with cache(entries):
+                call()
+        times = H.time_rounds({"plain": call, "clocked": clocked_call}, rounds=3)
+        plain_us, clocked_us = (statistics.median(times[k]) * 1e3 for k in ("plain", "clocked"))
+        best = None
+        for i in range(LAUNCHES):
+            buf.zero_()
+            torch.cuda.synchronize()
+            a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            clocked_call()
+            z.record()
+            torch.cuda.synchronize()
+            ev = a.elapsed_time(z) * 1e3
+            rec = buf[buf[:, 1] > 0].cpu().numpy()
+            summ, t, active, rate = analyse(rec[:, 0], rec[:, 1], nbytes, ev, ceiling)
+            summ["sms"] = len(np.unique(rec[:, 2]))
+            print(op, dname, n, f"launch {i}", summ, flush=True)
+            if best is None or abs(ev - clocked_us) < abs(best[0]["event_us"] - clocked_us):
+                best = (summ, t, active, rate)  # the launch nearest the median time
+        summ, t, active, rate = best
+        row = {"op": op, "dtype": dname, "M": m, "N": n, "plain_us": round(plain_us, 2),
+               "clocked_us": round(clocked_us, 2), "x_plain": round(plain_us / clocked_us, 4),
+               "frac_of_ceiling_plain": round(H.tbps(nbytes, plain_us * 1e-3) / ceiling, 4), **summ}
+        rows.append(row)
+        print("SUMMARY", row, flush=True)
+        for ti, ai, ri in zip(t, active, rate):
+            curves.append({"op": op, "dtype": dname, "N": n, "t_us": round(ti / 1e3, 3), "blocks_in_flight": int(ai),
+                           "tb_per_s": round(ri * 1e9 / 1e12, 4)})
+        del x
+        torch.cuda.empty_cache()
+    for name, data in (("timeline", rows), ("timeline_curves", curves)):
+        with open(os.path.join(OUT, f"{name}.csv"), "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(data[0]))
+            w.writeheader()
+            w.writerows(data)
+    with open(os.path.join(OUT, "timeline.json"), "w") as f:
+        import json
+        json.dump(H.metadata({"suite": "timeline", "script": "benchmarks/runs/timeline.py",
+                              "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"]}), f, indent=1)
+    print("wrote", OUT, flush=True)
+
+
+if __name__ == "__main__":
+    main()

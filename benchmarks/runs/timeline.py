@@ -45,10 +45,15 @@ import kernels.compile as C  # noqa: E402
 
 POINTS = [("rmsnorm", "bf16", 262144), ("rmsnorm", "bf16", 131072), ("rmsnorm", "bf16", 65536),
           ("rmsnorm", "bf16", 1024), ("rmsnorm", "fp32", 262144), ("softmax", "bf16", 131072),
-          ("cross_entropy", "bf16", 65536), ("cross_entropy", "bf16", 1024), ("reduce", "bf16", 65536)]
+          ("softmax", "bf16", 65536), ("cross_entropy", "bf16", 65536), ("cross_entropy", "bf16", 1024)]
 if os.environ.get("POINTS"):
     POINTS = [(op, dt, int(n)) for op, dt, n in (p.split(":") for p in os.environ["POINTS"].split(","))]
-LAUNCHES = int(os.environ.get("LAUNCHES", "3"))
+#: The row sum at 65,536 bf16 with clusters of 1 to 16 (128 threads a row, four 16-byte accesses a
+#: thread a pass, as many passes as the row needs): which SMs each cluster size gets.
+CLUSTERS = [int(c) for c in os.environ.get("CLUSTERS", "1,2,4,8,16").split(",") if c]
+LAUNCHES = int(os.environ.get("LAUNCHES", "5"))
+#: Clocked calls queued before the one recorded, so that it starts right after another (as in the suites).
+BEFORE = 3
 OUT = os.environ.get("M2OUT", "/tmp")
 DT = {"bf16": torch.bfloat16, "fp32": torch.float32}
 MODULE = {"rmsnorm": ("kernels.rmsnorm", "RMSNorm"), "softmax": ("kernels.softmax", "Softmax"),
@@ -92,20 +97,20 @@ def cache(entries: dict):
         C._CACHE.update(saved)
 
 
-def make_call(op, x):
+def make_call(op, x, cfg=None):
     if op == "cross_entropy":
         from kernels.cross_entropy import cross_entropy
         t = torch.randint(0, x.shape[1], (x.shape[0],), device="cuda")
-        return lambda: cross_entropy(x, t, reduction="none", check_target=False)
+        return lambda: cross_entropy(x, t, reduction="none", check_target=False, config=cfg)
     if op == "rmsnorm":
         from kernels.rmsnorm import rmsnorm
         w = torch.randn(x.shape[1], device="cuda", dtype=x.dtype)
-        return lambda: rmsnorm(x, w, 1e-6)
+        return lambda: rmsnorm(x, w, 1e-6, config=cfg)
     if op == "softmax":
         from kernels.softmax import softmax
-        return lambda: softmax(x)
+        return lambda: softmax(x, config=cfg)
     from kernels.reduction import reduce_rows
-    return lambda: reduce_rows(x, "sum")
+    return lambda: reduce_rows(x, "sum", config=cfg)
 
 
 def analyse(s, e, nbytes, event_us, ceiling):
@@ -146,13 +151,16 @@ def main():
     print("ceilings", ceil, flush=True)
     buf = torch.zeros(MAX_BLOCKS, 4, dtype=torch.int64, device="cuda")
     rows, curves = [], []
-    for op, dname, n in POINTS:
+    from kernels.config import RowConfig
+    points = [(op, dname, n, None) for op, dname, n in POINTS]
+    points += [("reduce", "bf16", 65536, RowConfig(128, 128, c, 8, 4, 65536 // (128 * 8 * 4 * c))) for c in CLUSTERS]
+    for op, dname, n, cfg in points:
         dt = DT[dname]
         m = rows_for(n)
         x = torch.randn(m, n, device="cuda", dtype=dt)
         nbytes = bytes_moved(op, m, n, x.element_size())
         ceiling = ceil["read" if op in ("cross_entropy", "reduce") else "copy"]
-        call = make_call(op, x)
+        call = make_call(op, x, cfg)
         call()  # the plain kernel, compiled into the shared cache
         modname, cls = MODULE[op]
         mod = importlib.import_module(modname)
@@ -173,8 +181,9 @@ def main():
         best = None
         for i in range(LAUNCHES):
             buf.zero_()
-            torch.cuda.synchronize()
             a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            for _ in range(BEFORE):  # every launch writes every block's line: the last one's stay
+                clocked_call()
             a.record()
             clocked_call()
             z.record()
@@ -182,18 +191,22 @@ def main():
             ev = a.elapsed_time(z) * 1e3
             rec = buf[buf[:, 1] > 0].cpu().numpy()
             summ, t, active, rate = analyse(rec[:, 0], rec[:, 1], nbytes, ev, ceiling)
-            summ["sms"] = len(np.unique(rec[:, 2]))
-            print(op, dname, n, f"launch {i}", summ, flush=True)
+            per_sm = np.unique(rec[:, 2], return_counts=True)[1]
+            summ.update(sms=len(per_sm), blocks_per_sm_min=int(per_sm.min()), blocks_per_sm_max=int(per_sm.max()))
+            print(op, dname, n, f"launch {i}", {k: float(v) for k, v in summ.items()}, flush=True)
             if best is None or abs(ev - clocked_us) < abs(best[0]["event_us"] - clocked_us):
                 best = (summ, t, active, rate)  # the launch nearest the median time
         summ, t, active, rate = best
-        row = {"op": op, "dtype": dname, "M": m, "N": n, "plain_us": round(plain_us, 2),
+        used = next(v for key in entries for v in key if isinstance(v, RowConfig))  # the shape compiled
+        shape = f"{'table' if cfg is None else 'given'}: cluster {used.cluster_n}, {used.threads_per_row} threads a row"
+        row = {"op": op, "dtype": dname, "M": m, "N": n, "shape": shape, "plain_us": round(plain_us, 2),
                "clocked_us": round(clocked_us, 2), "x_plain": round(plain_us / clocked_us, 4),
                "frac_of_ceiling_plain": round(H.tbps(nbytes, plain_us * 1e-3) / ceiling, 4), **summ}
         rows.append(row)
+        row = {k: (float(v) if isinstance(v, np.floating) else v) for k, v in row.items()}
         print("SUMMARY", row, flush=True)
         for ti, ai, ri in zip(t, active, rate):
-            curves.append({"op": op, "dtype": dname, "N": n, "t_us": round(ti / 1e3, 3), "blocks_in_flight": int(ai),
+            curves.append({"op": op, "dtype": dname, "N": n, "shape": shape, "t_us": round(ti / 1e3, 3), "blocks_in_flight": int(ai),
                            "tb_per_s": round(ri * 1e9 / 1e12, 4)})
         del x
         torch.cuda.empty_cache()

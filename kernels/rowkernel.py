@@ -148,14 +148,14 @@ class RowKernel:
     def scalar_epilogue(self, result, row, mX, mT, mErr, scalar, pre):
         raise NotImplementedError
 
-    def block_start(self):
-        """Called first thing in every block; whatever it returns is handed to ``block_end``.
-        No code by default: ``benchmarks/runs/timeline.py`` reads the global timer here, to
-        see when each block of a launch starts and ends."""
+    def block_start(self, tidx, bidx, rank):
+        """Called first thing in every block (``rank``: the block's place in its cluster). No code
+        by default: ``benchmarks/runs/timeline.py`` writes the global timer here and in
+        ``block_end``, to see when each block of a launch starts and ends."""
         return None
 
-    def block_end(self, start, tidx, bidx, rank):
-        """Called last thing in every block, with ``block_start``'s result. No code by default."""
+    def block_end(self, tidx, bidx, rank):
+        """Called last thing in every block. No code by default."""
         return None
 
     def row_view(self, gX, cX, tile, thr, even_n):
@@ -262,7 +262,7 @@ class RowKernel:
         m = mX.shape[0]
         row = bidx * cfg.rows_per_block + tidx // cfg.threads_per_row  # this thread's row
         pre = None
-        start = self.block_start()
+        self.block_start(tidx, bidx, rank)
 
         # Partials of the block / cluster tiers live in shared memory.
         smem = cutlass.memory.SmemAllocator()
@@ -400,4 +400,4 @@ class RowKernel:
                 # without early_prologue, the thread that writes loads what the epilogue needs here
                 mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar, pre if const_expr(
                     self.early_prologue is True or split) else self.scalar_prologue(row, m, mX, mT, scalar))
-        self.block_end(start, tidx, bidx, rank)
+        self.block_end(tidx, bidx, rank)

@@ -18,7 +18,9 @@ block writes when the block started and ended, and its SM. From one launch's blo
 * block lifetimes (median), blocks in flight at once, and the time from the last block's
   start to the end (``last_start_to_end``).
 
-The clocked kernels are timed beside the plain ones first (``x_plain``: the clocks' own cost).
+The clocked kernels are timed beside the plain ones first (``x_plain``: the clocks' own cost), and
+beside torch's ``copy_`` (RMSNorm, softmax) or our read probe (cross-entropy, the row sum) over the
+same bytes (``ref_us``).
 One line a point; M2OUT names a folder for timeline.csv (summary) and timeline_curves.csv (blocks
 in flight and transfer rate, 0.25 us bins, of the launch summarised).
 
@@ -35,7 +37,7 @@ import numpy as np
 import torch
 
 import cutlass.cute as cute
-from cutlass import Int64
+from cutlass import Int64, const_expr
 
 sys.path.insert(0, ".")
 from benchmarks import harness as H  # noqa: E402
@@ -43,9 +45,11 @@ from benchmarks.bytes import bytes_moved  # noqa: E402
 from benchmarks.run import rows_for  # noqa: E402
 import kernels.compile as C  # noqa: E402
 
-POINTS = [("rmsnorm", "bf16", 262144), ("rmsnorm", "bf16", 131072), ("rmsnorm", "bf16", 65536),
-          ("rmsnorm", "bf16", 1024), ("rmsnorm", "fp32", 262144), ("softmax", "bf16", 131072),
-          ("softmax", "bf16", 65536), ("cross_entropy", "bf16", 65536), ("cross_entropy", "bf16", 1024)]
+POINTS = ([("rmsnorm", "bf16", n) for n in (1024, 32768, 65536, 131072, 262144)]
+          + [("rmsnorm", "fp32", 1024), ("rmsnorm", "fp32", 262144)]
+          + [("softmax", "bf16", n) for n in (32768, 65536, 131072, 262144)] + [("softmax", "fp32", 1024)]
+          + [("cross_entropy", "bf16", 1 << k) for k in (10, 12, 13, 14, 15, 16, 17, 18)]
+          + [("cross_entropy", "fp32", 1024)])
 if os.environ.get("POINTS"):
     POINTS = [(op, dt, int(n)) for op, dt, n in (p.split(":") for p in os.environ["POINTS"].split(","))]
 #: The row sum at 65,536 bf16 with clusters of 1 to 16 (128 threads a row, four 16-byte accesses a
@@ -63,22 +67,26 @@ BIN_NS = 250
 
 
 def clocked(base, addr: int):
-    """``base`` whose blocks write (start, end, SM) in ns into the int64 buffer at ``addr``."""
+    """``base`` whose blocks write (start, end, SM) in ns into the int64 buffer at ``addr``: the
+    first thread of each block writes its start at once, so that no register holds it."""
     class Clocked(base):
         @cute.jit
-        def block_start(self):
-            return cute.arch.globaltimer()
-
-        @cute.jit
-        def block_end(self, start, tidx, bidx, rank):
+        def record(self, tidx, bidx, rank, field):
             if tidx == 0:
-                end = cute.arch.globaltimer()
                 t = cute.make_tensor(cute.make_ptr(Int64, addr, cute.AddressSpace.gmem, assumed_align=16),
                                      cute.make_layout((MAX_BLOCKS, 4), stride=(4, 1)))
                 b = bidx * self.cfg.cluster_n + rank
-                t[b, 0] = start
-                t[b, 1] = end
-                t[b, 2] = Int64(cute.arch.smid())
+                t[b, field] = cute.arch.globaltimer()
+                if const_expr(field == 1):
+                    t[b, 2] = Int64(cute.arch.smid())
+
+        @cute.jit
+        def block_start(self, tidx, bidx, rank):
+            self.record(tidx, bidx, rank, 0)
+
+        @cute.jit
+        def block_end(self, tidx, bidx, rank):
+            self.record(tidx, bidx, rank, 1)
     return Clocked
 
 
@@ -176,8 +184,16 @@ def main():
         def clocked_call():
             with cache(entries):
                 call()
-        times = H.time_rounds({"plain": call, "clocked": clocked_call}, rounds=3)
-        plain_us, clocked_us = (statistics.median(times[k]) * 1e3 for k in ("plain", "clocked"))
+        # the same bytes through torch's copy_ (RMSNorm, softmax) or our read probe (the rest)
+        if op in ("cross_entropy", "reduce"):
+            from kernels.hierarchy import read_probe
+            flat, probe_out = x.view(-1), torch.zeros(1, device="cuda")
+            ref = lambda: read_probe(flat, probe_out)  # noqa: E731
+        else:
+            y = torch.empty_like(x)
+            ref = lambda: y.copy_(x)  # noqa: E731
+        times = H.time_rounds({"plain": call, "clocked": clocked_call, "ref": ref}, rounds=3)
+        plain_us, clocked_us, ref_us = (statistics.median(times[k]) * 1e3 for k in ("plain", "clocked", "ref"))
         best = None
         for i in range(LAUNCHES):
             buf.zero_()
@@ -201,14 +217,16 @@ def main():
         shape = f"{'table' if cfg is None else 'given'}: cluster {used.cluster_n}, {used.threads_per_row} threads a row"
         row = {"op": op, "dtype": dname, "M": m, "N": n, "shape": shape, "plain_us": round(plain_us, 2),
                "clocked_us": round(clocked_us, 2), "x_plain": round(plain_us / clocked_us, 4),
-               "frac_of_ceiling_plain": round(H.tbps(nbytes, plain_us * 1e-3) / ceiling, 4), **summ}
+               "frac_of_ceiling_plain": round(H.tbps(nbytes, plain_us * 1e-3) / ceiling, 4),
+               "ref": "read probe" if op in ("cross_entropy", "reduce") else "copy_", "ref_us": round(ref_us, 2),
+               "frac_of_ceiling_ref": round(H.tbps(nbytes, ref_us * 1e-3) / ceiling, 4), **summ}
         rows.append(row)
         row = {k: (float(v) if isinstance(v, np.floating) else v) for k, v in row.items()}
         print("SUMMARY", row, flush=True)
         for ti, ai, ri in zip(t, active, rate):
             curves.append({"op": op, "dtype": dname, "N": n, "shape": shape, "t_us": round(ti / 1e3, 3), "blocks_in_flight": int(ai),
                            "tb_per_s": round(ri * 1e9 / 1e12, 4)})
-        del x
+        del x, ref
         torch.cuda.empty_cache()
     for name, data in (("timeline", rows), ("timeline_curves", curves)):
         with open(os.path.join(OUT, f"{name}.csv"), "w", newline="") as f:

@@ -62,7 +62,7 @@ OUT = os.environ.get("M2OUT", "/tmp")
 DT = {"bf16": torch.bfloat16, "fp32": torch.float32}
 MODULE = {"rmsnorm": ("kernels.rmsnorm", "RMSNorm"), "softmax": ("kernels.softmax", "Softmax"),
           "cross_entropy": ("kernels.cross_entropy", "CrossEntropy"), "reduce": ("kernels.reduction", "RowReduce")}
-MAX_BLOCKS = 1 << 17
+MAX_BLOCKS = 1 << 19
 BIN_NS = 250
 
 
@@ -181,6 +181,11 @@ def main():
         finally:
             setattr(mod, cls, base)
 
+        used = next(v for key in entries for v in key if isinstance(v, RowConfig))  # the shape compiled
+        blocks = -(-m // used.rows_per_block) * used.cluster_n
+        if blocks > MAX_BLOCKS:
+            raise ValueError(f"{op} {dname} {n}: {blocks} blocks, more than the clock buffer's {MAX_BLOCKS}")
+
         def clocked_call():
             with cache(entries):
                 call()
@@ -213,7 +218,6 @@ def main():
             if best is None or abs(ev - clocked_us) < abs(best[0]["event_us"] - clocked_us):
                 best = (summ, t, active, rate)  # the launch nearest the median time
         summ, t, active, rate = best
-        used = next(v for key in entries for v in key if isinstance(v, RowConfig))  # the shape compiled
         shape = f"{'table' if cfg is None else 'given'}: cluster {used.cluster_n}, {used.threads_per_row} threads a row"
         row = {"op": op, "dtype": dname, "M": m, "N": n, "shape": shape, "plain_us": round(plain_us, 2),
                "clocked_us": round(clocked_us, 2), "x_plain": round(plain_us / clocked_us, 4),

@@ -21,11 +21,14 @@ block writes when the block started and ended, and its SM. From one launch's blo
 The clocked kernels are timed beside the plain ones first (``x_plain``: the clocks' own cost), and
 beside torch's ``copy_`` (RMSNorm, softmax) or our read probe (cross-entropy, the row sum) over the
 same bytes (``ref_us``).
-One line a point; M2OUT names a folder for timeline.csv (summary) and timeline_curves.csv (blocks
-in flight and transfer rate, 0.25 us bins, of the launch summarised).
+A point's row holds the median of each over LAUNCHES launches; M2OUT names a folder for
+timeline.csv (those rows) and timeline_curves.csv (blocks in flight and transfer rate, 0.25 us bins,
+of the launch whose time is nearest the clocked kernel's median). ``--log LOG`` prints the rows
+again from a run's log, without a GPU.
 
     bash benchmarks/h200.sh run benchmarks/runs/timeline.py
 """
+import ast
 import contextlib
 import csv
 import importlib
@@ -154,6 +157,31 @@ def analyse(s, e, nbytes, event_us, ceiling):
     }, t, active, rate
 
 
+#: What each launch's summary gives; a point's row holds the median over its launches.
+LAUNCH_FIELDS = ("event_us", "span_us", "outside_us", "head_us", "tail_us", "rate", "stream_us", "life_us_median",
+                 "in_flight_median", "last_start_to_end_us", "sms", "blocks_per_sm_min", "blocks_per_sm_max")
+
+
+def medians(launches) -> dict:
+    out = {k: round(statistics.median(float(x[k]) for x in launches), 4 if k == "rate" else 2) for k in LAUNCH_FIELDS}
+    out["head_plus_tail_us"] = round(statistics.median(float(x["head_us"]) + float(x["tail_us"]) for x in launches), 2)
+    out["launches"] = len(launches)
+    return out
+
+
+def from_log(path) -> list:
+    """timeline.csv's rows again from a run's log (its launch and SUMMARY lines), without a GPU."""
+    rows, launches = [], []
+    for line in open(path):
+        if " launch " in line and "{" in line:
+            launches.append(ast.literal_eval(line[line.index("{"):]))
+        elif line.startswith("SUMMARY "):
+            row = ast.literal_eval(line[len("SUMMARY "):])
+            rows.append({**{k: v for k, v in row.items() if k not in LAUNCH_FIELDS}, **medians(launches)})
+            launches = []
+    return rows
+
+
 def main():
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings", ceil, flush=True)
@@ -199,7 +227,7 @@ def main():
             ref = lambda: y.copy_(x)  # noqa: E731
         times = H.time_rounds({"plain": call, "clocked": clocked_call, "ref": ref}, rounds=3)
         plain_us, clocked_us, ref_us = (statistics.median(times[k]) * 1e3 for k in ("plain", "clocked", "ref"))
-        best = None
+        best, launches = None, []
         for i in range(LAUNCHES):
             buf.zero_()
             a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -214,19 +242,20 @@ def main():
             summ, t, active, rate = analyse(rec[:, 0], rec[:, 1], nbytes, ev, ceiling)
             per_sm = np.unique(rec[:, 2], return_counts=True)[1]
             summ.update(sms=len(per_sm), blocks_per_sm_min=int(per_sm.min()), blocks_per_sm_max=int(per_sm.max()))
-            print(op, dname, n, f"launch {i}", {k: float(v) for k, v in summ.items()}, flush=True)
+            launches.append({k: float(v) for k, v in summ.items()})
+            print(op, dname, n, f"launch {i}", launches[-1], flush=True)
             if best is None or abs(ev - clocked_us) < abs(best[0]["event_us"] - clocked_us):
                 best = (summ, t, active, rate)  # the launch nearest the median time
-        summ, t, active, rate = best
+        _, t, active, rate = best
         shape = f"{'table' if cfg is None else 'given'}: cluster {used.cluster_n}, {used.threads_per_row} threads a row"
         row = {"op": op, "dtype": dname, "M": m, "N": n, "shape": shape, "plain_us": round(plain_us, 2),
                "clocked_us": round(clocked_us, 2), "x_plain": round(plain_us / clocked_us, 4),
                "frac_of_ceiling_plain": round(H.tbps(nbytes, plain_us * 1e-3) / ceiling, 4),
                "ref": "read probe" if op in ("cross_entropy", "reduce") else "copy_", "ref_us": round(ref_us, 2),
-               "frac_of_ceiling_ref": round(H.tbps(nbytes, ref_us * 1e-3) / ceiling, 4), **summ}
-        rows.append(row)
-        row = {k: (float(v) if isinstance(v, np.floating) else v) for k, v in row.items()}
-        print("SUMMARY", row, flush=True)
+               "frac_of_ceiling_ref": round(H.tbps(nbytes, ref_us * 1e-3) / ceiling, 4),
+               "blocks": int(best[0]["blocks"]), "timer_tick_ns": int(best[0]["timer_tick_ns"])}
+        print("SUMMARY", {**row, **launches[-1]}, flush=True)  # from_log reads the launches' lines
+        rows.append({**row, **medians(launches)})
         for ti, ai, ri in zip(t, active, rate):
             curves.append({"op": op, "dtype": dname, "N": n, "shape": shape, "t_us": round(ti / 1e3, 3), "blocks_in_flight": int(ai),
                            "tb_per_s": round(ri * 1e9 / 1e12, 4)})
@@ -245,4 +274,10 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--log"]:  # python benchmarks/runs/timeline.py --log LOG: the CSV rows again
+        data = from_log(sys.argv[2])
+        w = csv.DictWriter(sys.stdout, fieldnames=list(data[0]))
+        w.writeheader()
+        w.writerows(data)
+    else:
+        main()

@@ -32,6 +32,7 @@ import ast
 import contextlib
 import csv
 import importlib
+import json
 import os
 import statistics
 import sys
@@ -46,6 +47,7 @@ sys.path.insert(0, ".")
 from benchmarks import harness as H  # noqa: E402
 from benchmarks.bytes import bytes_moved  # noqa: E402
 from benchmarks.run import rows_for  # noqa: E402
+from benchmarks.runs.near_misses import make_ours  # noqa: E402
 import kernels.compile as C  # noqa: E402
 
 POINTS = ([("rmsnorm", "bf16", n) for n in (1024, 32768, 65536, 131072, 262144)]
@@ -95,33 +97,33 @@ def clocked(base, addr: int):
 
 @contextlib.contextmanager
 def cache(entries: dict):
-    """The compile cache holding ``entries`` only, for the duration of the block."""
-    saved = dict(C._CACHE)
-    C._CACHE.clear()
-    C._CACHE.update(entries)
+    """The compile cache holding ``entries`` only, for the duration of the block (what it
+    compiles meanwhile is added to ``entries``)."""
+    shared = C.cache()
+    saved = dict(shared)
+    shared.clear()
+    shared.update(entries)
     try:
         yield
     finally:
         entries.clear()
-        entries.update(C._CACHE)
-        C._CACHE.clear()
-        C._CACHE.update(saved)
+        entries.update(shared)
+        shared.clear()
+        shared.update(saved)
 
 
 def make_call(op, x, cfg=None):
-    if op == "cross_entropy":
-        from kernels.cross_entropy import cross_entropy
-        t = torch.randint(0, x.shape[1], (x.shape[0],), device="cuda")
-        return lambda: cross_entropy(x, t, reduction="none", check_target=False, config=cfg)
-    if op == "rmsnorm":
-        from kernels.rmsnorm import rmsnorm
-        w = torch.randn(x.shape[1], device="cuda", dtype=x.dtype)
-        return lambda: rmsnorm(x, w, 1e-6, config=cfg)
-    if op == "softmax":
-        from kernels.softmax import softmax
-        return lambda: softmax(x, config=cfg)
-    from kernels.reduction import reduce_rows
-    return lambda: reduce_rows(x, "sum", config=cfg)
+    """A call of op on x with shape cfg (None: the table's): near_misses' for the three ops."""
+    if op == "reduce":
+        from kernels.reduction import reduce_rows
+        return lambda: reduce_rows(x, "sum", config=cfg)
+    return make_ours(op, x, cfg)[0]
+
+
+def write_csv(f, rows):
+    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
 
 
 def analyse(s, e, nbytes, event_us, ceiling):
@@ -263,11 +265,8 @@ def main():
         torch.cuda.empty_cache()
     for name, data in (("timeline", rows), ("timeline_curves", curves)):
         with open(os.path.join(OUT, f"{name}.csv"), "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(data[0]))
-            w.writeheader()
-            w.writerows(data)
+            write_csv(f, data)
     with open(os.path.join(OUT, "timeline.json"), "w") as f:
-        import json
         json.dump(H.metadata({"suite": "timeline", "script": "benchmarks/runs/timeline.py",
                               "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"]}), f, indent=1)
     print("wrote", OUT, flush=True)
@@ -275,9 +274,6 @@ def main():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--log"]:  # python benchmarks/runs/timeline.py --log LOG: the CSV rows again
-        data = from_log(sys.argv[2])
-        w = csv.DictWriter(sys.stdout, fieldnames=list(data[0]))
-        w.writeheader()
-        w.writerows(data)
+        write_csv(sys.stdout, from_log(sys.argv[2]))
     else:
         main()

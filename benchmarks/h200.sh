@@ -6,9 +6,10 @@
 #   bash benchmarks/h200.sh mamba2 [ARGS]  the Mamba-2 SSD suite (benchmarks/mamba2.py; e.g. --quick, --shapes 0,1);
 #       it writes after every row. TileGym tunes 2-4 minutes a chunk: (1, 65536, 64) tuned at every chunk
 #       ran past 560 s (45a2884), so split such a run with --chunks and --append, and compile TileGym's
-#       configurations first in parallel: python3 benchmarks/runs/tilegym_precompile.py SHAPE CHUNK
+#       configurations first in parallel, in the same call: python3 -m benchmarks.tilegym_precompile SHAPE CHUNK
 #       (115 configurations in 96 s; the suite's tuning then took 47 s at chunk 256, 64a13fe)
-#   bash benchmarks/h200.sh run SCRIPT      a script of benchmarks/runs (e.g. M2LAT=2 ... benchmarks/runs/mamba2_run_f.py)
+#   bash benchmarks/h200.sh run SCRIPT [ARGS]   any Python script by path (an experiment of a working tree),
+#       with M2OUT set to the stage's folder, so that what it writes there comes back packed with its log
 # Each device call starts from this checkout's tracked files: what a suite wrote into book/data in
 # one call is gone in the next. Copy its CSV and JSON back here (and commit them) before an
 # --append run in a later call, or the later call appends to the old file (2026-11-30, mamba2).
@@ -32,7 +33,7 @@ case $stage in
     timeout "${MAMBA2_TIMEOUT:-560}" python3 -m benchmarks.mamba2 "$@" 2>&1 | tee "$log/mamba2.log" \
       | grep -E -i "ceiling|cuda.tile|error|^  |wrote" | cut -c1-300 ;
     cp book/data/mamba2.csv book/data/mamba2.json "$log/" ;;
-  run)  # a script of benchmarks/runs, its results (M2OUT) and log packed with the rest
+  run)  # a script given by path, its results (M2OUT) and log packed with the rest
     script=$1; shift
     M2OUT=$log timeout "${RUN_TIMEOUT:-560}" python3 "$script" "$@" 2>&1 | tee -a "$log/run.log" | tail -40 ;;
   notebooks)

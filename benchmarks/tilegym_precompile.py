@@ -1,23 +1,27 @@
-"""Compile every configuration TileGym's Mamba-2 tuner will try on one suite shape and chunk, in
-parallel, into cuTile's disk cache (~/.cache/cutile-python), so that the suite's tuning on the
-same inputs then only times them.
+"""Compile, in parallel, every configuration TileGym's Mamba-2 tuner will try on one shape of the
+suite (``benchmarks.mamba2.SHAPES``) and one chunk size, into cuTile's disk cache
+(~/.cache/cutile-python), so that the suite's TileGym tuning on the same inputs then only times
+them. Nothing here is timed; run it on the GPU machine, in the same call as the suite, before it:
 
-Why: on (1, 65536, 64) at chunk 256 TileGym's tuner compiles 15 + 36 + 64 configurations one
-after the other, 6-7 s each for its output kernel (timed GPU-free with export_kernel), and twice
-ran past a call's time limit (commits 45a2884 and 7b8dff1) before it finished. Each worker
-process builds the suite's inputs, forces one configuration of one kernel (the others at their
-first), and runs TileGym's forward once with its tuner off: the launch compiles and stores the
-cubin, keyed by the kernel's bytecode and hints, which is what the tuner's launch compiles too.
-Nothing here is timed.
+    python -m benchmarks.tilegym_precompile SHAPE_INDEX CHUNK [WORKERS]
+    python -m benchmarks.tilegym_precompile 3 256 15 && bash benchmarks/h200.sh mamba2 --shapes 3 --chunks 256 ...
 
-    python benchmarks/runs/tilegym_precompile.py SHAPE_INDEX CHUNK [WORKERS]
+Why: TileGym's tuner compiles its configurations one after another (on (1, 65536, 64) at chunk 256,
+15 + 36 + 64 of them, 6-7 s each for its output kernel), and tuning that shape at every chunk ran
+past a call's time limit twice. Compiled here first with 15 workers (115 configurations in 96 s),
+the suite's tuning at chunk 256 then took 47 s.
+
+How: each worker process builds the suite's inputs, forces one configuration of one of TileGym's
+three tuned kernels (the others at their first), and runs TileGym's forward once with its tuner
+off; that launch compiles and caches the cubin, keyed by the kernel's bytecode and hints, which is
+what the tuner's own launch compiles too. One line a configuration (its seconds, and its error if
+it failed: the others go on).
 """
+import argparse
 import multiprocessing as mp
 import os
 import sys
 import time
-
-sys.path.insert(0, os.getcwd())
 
 _STATE = {}
 
@@ -65,9 +69,13 @@ def _compile(job):
     return name, i, round(time.perf_counter() - t0, 1), err
 
 
-def main():
-    shape_index, chunk = int(sys.argv[1]), int(sys.argv[2])
-    workers = int(sys.argv[3]) if len(sys.argv) > 3 else 14
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("shape_index", type=int, help="index into benchmarks.mamba2.SHAPES")
+    ap.add_argument("chunk", type=int, help="chunk size, as the suite's --chunks")
+    ap.add_argument("workers", type=int, nargs="?", default=14, help="compiling processes (default 14)")
+    a = ap.parse_args(argv)
+    shape_index, chunk, workers = a.shape_index, a.chunk, a.workers
     from benchmarks import mamba2 as M
     from benchmarks import peers_mamba2 as peers
     peers.tilegym_forward()

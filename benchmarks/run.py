@@ -28,8 +28,8 @@ TOTAL = 1 << 28  # M * N
 #: Bytes the reduction suite reads at every point, in both dtypes (M * N = 2^28 in fp32, 2^29 in
 #: bf16): a launch's fixed costs weigh twice as much against bf16's 512 MiB of 2^28 elements, and
 #: on the H200 our read probe itself reached 97.3% of its 2 GiB speed over 512 MiB (and 85.3% in one
-#: repetition of two) and 99.1-99.2% over 1 GiB (benchmarks/runs/ceiling_size.py,
-#: book/data/ceiling_size.csv; chapter 6, section 7).
+#: repetition of two) and 99.1-99.2% over 1 GiB (book/data/ceiling_size.csv; chapter 6, section 7;
+#: benchmarks/TUNING.md#reduction-bytes).
 REDUCTION_BYTES = 1 << 30
 
 

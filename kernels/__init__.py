@@ -5,8 +5,10 @@ Public ops (CUDA tensors; fp32, bf16, fp16; rows of up to 262144 elements):
     copy(x)                       device copy with 128-bit accesses
     reduce_rows(x, "sum"|"max")   one fp32 per row
     rmsnorm(x, weight, eps)       RMSNorm over the last dim
+    layernorm(x, weight, bias, eps)  LayerNorm over the last dim
     softmax(x, dim=-1)            softmax over the last dim
     cross_entropy(logits, target, ignore_index=-100, reduction="mean")
+    check_errors()                wait for the GPU; raise if a kernel found bad input
 
 Configuration (threads per row, cluster size, ...) comes from ``kernels.config``;
 ``python -m kernels.inspect`` shows what the compiler made of any op.
@@ -23,8 +25,11 @@ if "CUTE_DSL_ARCH" not in _os.environ:
 
 from .copy import copy  # noqa: E402
 from .cross_entropy import cross_entropy  # noqa: E402
+from .errors import BadInputError, check_errors  # noqa: E402
+from .layernorm import layernorm  # noqa: E402
 from .reduction import reduce_rows  # noqa: E402
 from .rmsnorm import rmsnorm  # noqa: E402
 from .softmax import softmax  # noqa: E402
 
-__all__ = ["copy", "reduce_rows", "rmsnorm", "softmax", "cross_entropy"]
+__all__ = ["copy", "reduce_rows", "rmsnorm", "layernorm", "softmax", "cross_entropy", "check_errors",
+           "BadInputError"]

@@ -20,13 +20,13 @@ from cutlass import const_expr
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream
 from .config import RowConfig
-from .rowkernel import column_predicate, make_row_copy
+from .layout import access_atom, column_predicate, make_row_copy
 
 #: Elements per row of the 2-D view the copy works on (a multiple of every vector width).
 COPY_WIDTH = 4096
 THREADS = 512
-#: 128-bit accesses per thread: sixteen (256 bytes in flight a thread), measured best on the H200
-#: with 512-thread blocks (book/data/focus.csv).
+#: 128-bit accesses per thread: sixteen (256 bytes in flight a thread), best with 512-thread
+#: blocks (TUNING.md#copy-vecs).
 VECS = 16
 
 
@@ -53,8 +53,7 @@ class Copy:
         tScS = thr.partition_S(cute.local_tile(cute.make_identity_tensor(mSrc.shape), tiler_mn, (bidx, bidy)))
         ragged = const_expr(self.width % self.cfg.cols_per_pass != 0)
         tSpS = column_predicate(tScS, self.width) if const_expr(ragged) else None
-        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mSrc.element_type,
-                                   num_bits_per_copy=self.cfg.vec * mSrc.element_type.width)
+        atom = access_atom(mSrc.element_type, self.cfg.vec)
         frag = cute.make_rmem_tensor_like(tSgS)
         if tScS[0][0] < mSrc.shape[0]:
             cute.copy(atom, tSgS, frag, pred=tSpS)
@@ -81,7 +80,7 @@ def compile_copy(dtype: torch.dtype, bits: int = 128, coalesced: bool = True, wi
     ct = TORCH_TO_CUTE[dtype]
     key = ("copy", str(dtype), bits, coalesced, width, cfg)
     return compile_once(key, lambda: (Copy(ct, width, cfg, coalesced), (
-        fake_rows(ct, width, cfg.vec), fake_rows(ct, width, cfg.vec), fake_stream())))
+        fake_rows(ct, width, cfg.vec), fake_rows(ct, width, cfg.vec), fake_stream()), cfg))
 
 
 def copy_(dst: torch.Tensor, src: torch.Tensor, *, bits: int = 128, coalesced: bool = True,
@@ -89,7 +88,7 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, *, bits: int = 128, coalesced: b
     """Copy src into dst (same shape and dtype, both contiguous CUDA tensors)."""
     if not isinstance(src, torch.Tensor) or src.dtype not in validate.FLOAT_DTYPES:
         raise TypeError(f"src must be a float32, bfloat16 or float16 tensor, got {getattr(src, 'dtype', src)}")
-    validate.check_cuda(src, "src")
+    validate.on_cuda(src, "src")
     if dst.shape != src.shape or dst.dtype != src.dtype or dst.device != src.device:
         raise ValueError("dst must have src's shape, dtype and device")
     if not (src.is_contiguous() and dst.is_contiguous()):

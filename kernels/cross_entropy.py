@@ -1,20 +1,19 @@
 """Cross-entropy forward: loss[i] = logsumexp(logits[i]) - logits[i, target[i]].
 
-Bytes that must move: read the logits once (M * N), read the targets and write one
-fp32 per row. The logits are never needed again, so the kernel *streams* the row:
-each pass folds 128 bytes per thread into a running (max, sum of exp(x - max)) pair,
-and the toolkit merges the pairs across warp, block and cluster in one exchange.
-Accumulation is fp32 whatever the input dtype. The pair carries its max in log2 units
-(``kernels.reduce.LOGSUMEXP2``: one fma a term), and a bf16 pass is folded from its
-registers as they were loaded (its max over bf16 pairs, each element widened once).
+Bytes that must move: read the logits once (M * N), read the targets and write one fp32 per
+row (or, reduced, one number). The logits are never needed again, so the kernel *streams* the
+row: each pass folds a few 128-bit accesses per thread into a running (max, sum of exp) pair,
+and the toolkit merges the pairs across warp, block and cluster in one exchange. Accumulation
+is fp32 whatever the input dtype. The pair carries its max in log2 units
+(``kernels.reduce.LOGSUMEXP2``: one fma a term), and a bf16 pass is folded from its registers
+as they were loaded.
 
-Targets outside [0, N) that are not ``ignore_index`` give a NaN loss and raise a
-flag on the device; ``cross_entropy`` reads the flag after the launch (one 4-byte
-copy) and raises ``ValueError``. Pass ``check_target=False`` to skip that sync
-(e.g. under CUDA graphs): bad rows then stay NaN. The kernel compares targets as
-32-bit integers, so unchecked int64 targets must lie in the int32 range. The flag is
-a buffer kept per device and stream, zero between calls (reset only when a call
-raises), so a call launches no memset for it.
+``reduction="mean"`` and ``"sum"`` are finished in the same launch: each block adds up its
+rows' losses (and counts the rows not ignored), and the last block to finish adds up the
+blocks' partials in a fixed order, so the result is the same bit for bit from run to run.
+
+A target outside [0, N) that is not ``ignore_index`` gives a NaN loss and is reported without
+a host sync (``kernels.errors``): by the next call, or by ``kernels.check_errors()``.
 """
 from __future__ import annotations
 
@@ -22,71 +21,86 @@ import math
 
 import torch
 
+import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32
+from cutlass import Float32, Int32, Int64, const_expr
 
-from . import validate
-from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
-from .config import RowConfig, ce_target_order, row_config
-from .reduce import LOG2_E, LOGSUMEXP2
-from .rowkernel import RowKernel
+from . import errors, validate
+from .compile import fake_vector
+from .reduce import LOG2_E, LOGSUMEXP2, Combine, warp_reduce
+from .rowkernel import RowOp
 
-
-#: Where the kernel loads each row's target and its logit: None takes the table's choice for
-#: the row length (``kernels.config.CE_TARGET_ORDER``); False after the reduction, by the thread
-#: that writes the loss (two dependent round trips, the logit's address depending on the
-#: target); True both right after the row's first loads; "split" the target before the row's
-#: loads and its logit after the fold, before the exchange. Early (True) measured on the H200
-#: (``benchmarks.sweep --prologue --table-only``, book/data/sweep_prologue.csv) ahead by at most
-#: about 0.5% of the read ceiling and behind by up to 9 points for bf16 at 4k-131k (32k: 77.8
-#: against 86.7%), so no row takes it; "split" is in the table where it measured ahead.
-EARLY_TARGET: bool | str | None = None
 LN_2 = math.log(2.0)
+REDUCTIONS = ("mean", "sum", "none")
 
 
-class CrossEntropy(RowKernel):
-    op = LOGSUMEXP2
-    keep_row = False
-    writes_rows = False
+class CrossEntropy(RowOp):
+    """options: (reduction,). For "mean" and "sum", ``work`` holds the result (element 0), then
+    each block's partial sum and then its count of rows not ignored (at most M of each), and
+    ``counter`` counts the blocks done."""
 
-    def __init__(self, dtype, n: int, cfg: RowConfig, early_target: bool | str):
-        self.early_prologue = early_target
-        super().__init__(dtype, n, cfg)
+    table = "cross_entropy"
+    row_in = ("target",)
+    row_out = ("loss", "lse")
+    extra = ("work", "counter")
+    scalars = {"ignore_index": Int32, "flag": Int64}
+    reductions = (LOGSUMEXP2,)
+    default_present = ("work", "counter")
+    default_options = ("mean",)
+
+    def __init__(self, dtype, n, cfg, present, in_dtypes, reduction: str):
+        self.reduction = reduction
+        super().__init__(dtype, n, cfg, present, in_dtypes)
+
+    def fake_extra(self, m):
+        return (fake_vector(Float32, cute.sym_int()), fake_vector(Int32, 1)) if "work" in self.present else ()
 
     @cute.jit
-    def scalar_prologue(self, row, m, mX, mT, ignore_index):
-        """The row's target and, when it names a class, its logit (rows past M: none)."""
-        target = Int32(ignore_index)
-        x_t = Float32(0.0)
-        if row < m:
-            target = Int32(mT[row])
-            x_t = self.target_logit(target, row, mX)
-        return target, x_t
-
-    @cute.jit
-    def scalar_prologue_index(self, row, m, mT, ignore_index):
-        """early_target "split", before the row's loads: the row's target (ignore_index past M)."""
-        target = Int32(ignore_index)
-        if row < m:
-            target = Int32(mT[row])
+    def target(self, io, row):
+        """Row ``row``'s target (ignore_index past M), as a 64-bit integer."""
+        target = Int64(io.s.ignore_index)
+        if row < io.x.shape[0]:
+            target = Int64(io.row_in["target"][row])
         return target
-
-    @cute.jit
-    def scalar_prologue_gather(self, target, row, m, mX, tidx, rank):
-        """early_target "split", after the fold: the target's logit, loaded by the thread that
-        writes the loss while the exchange runs."""
-        x_t = Float32(0.0)
-        if tidx % self.cfg.threads_per_row == 0 and rank == 0 and row < m:
-            x_t = self.target_logit(target, row, mX)
-        return target, x_t
 
     @cute.jit
     def target_logit(self, target, row, mX):
         """Row ``row``'s logit of class ``target`` where the target names a class, else 0."""
         x_t = Float32(0.0)
         if target >= 0 and target < self.n:
-            x_t = Float32(mX[row, target])
+            x_t = Float32(mX[row, Int32(target)])
         return x_t
+
+    # The configuration's target order: "split", the target before the row's loads and its logit
+    # after the fold (while the exchange runs), by the thread that writes the loss; "late", both
+    # after the reduction.
+    @cute.jit
+    def before_loads(self, io, b):
+        if const_expr(self.reduction != "none"):
+            rows, warps = self.cfg.rows_per_block, self.cfg.threads_per_block // 32
+            sums = b.smem.allocate_tensor(Float32, cute.make_layout(max(rows, warps)), byte_alignment=16)
+            counts = b.smem.allocate_tensor(Int32, cute.make_layout(max(rows, warps)), byte_alignment=16)
+            b.sums, b.counts = sums, counts
+            b.last = b.smem.allocate_tensor(Int32, cute.make_layout(1), byte_alignment=4)
+            tidx = b.tidx
+            if tidx % self.cfg.threads_per_row == 0:  # rows past M add nothing
+                sums[tidx // self.cfg.threads_per_row] = Float32(0.0)
+                counts[tidx // self.cfg.threads_per_row] = Int32(0)
+        target = None
+        if const_expr(self.cfg.targets == "split"):
+            target = self.target(io, b.row)
+        return target
+
+    @cute.jit
+    def after_fold(self, io, b, target):
+        pre = None
+        if const_expr(self.cfg.targets == "split"):
+            x_t = Float32(0.0)
+            row, mX = b.row, io.x
+            if b.tidx % self.cfg.threads_per_row == 0 and b.rank == 0 and row < b.m:
+                x_t = self.target_logit(target, row, mX)
+            pre = (target, x_t)
+        return pre
 
     def loss(self, result, x_t):
         """The loss from the row's reduced pair, (M, s) with M = fl(max log2 e) and
@@ -97,92 +111,124 @@ class CrossEntropy(RowKernel):
         return cute.math.fma(x_t, Float32(-LOG2_E), big) * LN_2 + cute.math.log(denom, fastmath=False)
 
     @cute.jit
-    def scalar_epilogue(self, result, row, mX, mT, mErr, ignore_index, pre):
-        target, x_t = pre
+    def row_values(self, io, b, results, pre):
+        ignore_index, result = Int64(io.s.ignore_index), results[0]
+        target, x_t = Int64(0), Float32(0.0)
+        if const_expr(pre is None):
+            target = self.target(io, b.row)
+            x_t = self.target_logit(target, b.row, io.x)
+        else:
+            target, x_t = pre
+        flag = cute.make_tensor(cute.make_ptr(Int32, io.s.flag, cute.AddressSpace.gmem, assumed_align=4),
+                                cute.make_layout(1))
         loss = Float32(0.0)
+        counted = Int32(0)
         if target != ignore_index:
+            counted = Int32(1)
             if target >= 0 and target < self.n:
                 loss = self.loss(result, x_t)
             else:
                 loss = Float32(math.nan)
-                mErr[0] = Int32(1)
-        return loss
+                flag[0] = Int32(1)
+        if const_expr(self.reduction != "none"):
+            b.sums[b.tidx // self.cfg.threads_per_row] = loss
+            b.counts[b.tidx // self.cfg.threads_per_row] = counted
+        big, denom = result
+        return {"loss": loss, "lse": big * LN_2 + cute.math.log(denom, fastmath=False)}
+
+    @cute.jit
+    def finish(self, io, b):
+        """"mean" or "sum": the block's partial, then, in the last block, the result."""
+        if const_expr(self.reduction != "none"):
+            cfg = self.cfg
+            work, counter = io.extra["work"], io.extra["counter"]
+            sums, counts, last = b.sums, b.counts, b.last
+            tidx, bidx, m = b.tidx, b.bidx, b.m
+            blocks = cute.arch.grid_dim()[0]
+            if b.rank == 0:  # a cluster's other blocks write no losses
+                cute.arch.barrier()
+                if tidx == 0:
+                    total, count = Float32(0.0), Int32(0)
+                    for r in cutlass.range(cfg.rows_per_block):
+                        total, count = total + sums[r], count + counts[r]
+                    work[1 + bidx] = total
+                    work[1 + m + bidx] = count.bitcast(Float32)
+                    done = cute.arch.atomic_add(counter.iterator, Int32(1), sem="acq_rel", scope="gpu")
+                    last[0] = Int32(done == blocks - 1)
+                cute.arch.barrier()
+                if last[0] != 0:
+                    # Every block's partial is in: add them up in a fixed order (a stride of the
+                    # block's threads each, then each warp, then the warps), whichever block is last.
+                    cute.arch.fence_acq_rel_gpu()
+                    total, count = Float32(0.0), Int32(0)
+                    for i in cutlass.range(tidx, blocks, cfg.threads_per_block):
+                        total, count = total + work[1 + i], count + work[1 + m + i].bitcast(Int32)
+                    total, count = warp_reduce((total, count), SUM_PAIR)
+                    if cute.arch.lane_idx() == 0:
+                        sums[cute.arch.warp_idx()] = total
+                        counts[cute.arch.warp_idx()] = count
+                    cute.arch.barrier()
+                    if tidx == 0:
+                        total, count = Float32(0.0), Int32(0)
+                        for w in cutlass.range(cfg.threads_per_block // 32):
+                            total, count = total + sums[w], count + counts[w]
+                        if const_expr(self.reduction == "mean"):
+                            total = total / Float32(count)
+                        work[0] = total
+                        counter[0] = Int32(0)  # for the next launch on this stream
 
 
-def compile_cross_entropy(dtype: torch.dtype, n: int, target_dtype: torch.dtype = torch.int64, *,
-                          config: RowConfig | None = None, vec: int | None = None,
-                          early_target: bool | str | None = None):
-    cfg = config or row_config(n, torch.finfo(dtype).bits, keep_row=False, vec=vec)
-    early = early_target if early_target is not None else (
-        EARLY_TARGET if EARLY_TARGET is not None else ce_target_order(n, torch.finfo(dtype).bits))
-    ct = TORCH_TO_CUTE[dtype]
-    key = ("cross_entropy", str(dtype), str(target_dtype), n, cfg, early)
+#: Adds (sum, count) pairs (the warp tier of the last block).
+SUM_PAIR = Combine("sum_pair", (0.0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]), None, 0.0)
 
-    def build():
-        m = cute.sym_int()
-        return CrossEntropy(ct, n, cfg, early), (fake_rows(ct, n, cfg.vec), fake_vector(Float32, m), None,
-                                                 fake_vector(TORCH_TO_CUTE[target_dtype], m), fake_vector(Int32, 1),
-                                                 Int32(-100), fake_stream())
-    return compile_once(key, build)
+_COUNTERS: dict = {}
 
 
-_FLAGS: dict[tuple, torch.Tensor] = {}
-
-
-def _error_flag(device: torch.device, checked: bool) -> torch.Tensor:
-    """The kernel's bad-target flag (one int32) for calls on the current stream of ``device``:
-    zeroed once when created, and again only by a checked call that found it raised. Unchecked
-    calls get a flag of their own that nothing reads, so that they never leave a checked call a
-    raised flag."""
-    key = (device, torch.cuda.current_stream(device).cuda_stream, checked)
-    if key not in _FLAGS:
-        _FLAGS[key] = torch.zeros(1, dtype=torch.int32, device=device)
-    return _FLAGS[key]
+def _counter(device: torch.device) -> torch.Tensor:
+    """The block counter of the launches on the current stream of ``device``: zeroed once, and
+    back at zero after every launch (its last block resets it). One a stream, so that launches
+    on two streams never share one."""
+    index = device.index
+    key = (index, torch._C._cuda_getCurrentRawStream(index))
+    c = _COUNTERS.get(key)
+    if c is None:
+        c = _COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return c
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
-                  reduction: str = "mean", *, check_target: bool = True,
-                  config: RowConfig | None = None, early_target: bool | str | None = None) -> torch.Tensor:
+                  reduction: str = "mean", *, return_lse: bool = False, config=None):
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
-    ``F.cross_entropy`` (fp32 accumulation; output fp32 for "none", else a scalar).
-    ``config`` and ``early_target`` (False, True or "split") override the tables."""
-    validate.check_rows(logits, "logits", cuda=False)
-    if reduction not in ("mean", "sum", "none"):
+    ``F.cross_entropy`` (fp32 accumulation; a fp32 loss per row for "none", else a scalar).
+    With ``return_lse``, also each row's logsumexp (fp32, M). No host sync: a target outside
+    [0, N) that is not ignore_index makes its row's loss NaN and is reported by a later call or
+    by ``kernels.check_errors()`` (:mod:`kernels.errors`)."""
+    rows = validate.rows(logits, "logits", cuda=False)
+    if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     if logits.dim() != 2:
         raise ValueError(f"logits must be 2-D (M, N), got shape {tuple(logits.shape)}")
-    if not isinstance(target, torch.Tensor):
-        raise TypeError("target must be a torch.Tensor")
-    if target.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"target must be int64 or int32, got {target.dtype}")
-    if target.shape != logits.shape[:1]:
-        raise ValueError(f"target must have shape ({logits.shape[0]},), got {tuple(target.shape)}")
-    validate.check_cuda(logits, "logits")
-    validate.check_same_device(logits, target, "target")
+    m = rows.shape[0]
+    validate.per_row(target, m, logits.device, "target", (torch.int64, torch.int32))
+    validate.on_cuda(logits, "logits")
     if not -(2**31) <= ignore_index < 2**31:
         raise ValueError("ignore_index must fit in int32")
-    m, n = logits.shape
-    loss = torch.empty(m, dtype=torch.float32, device=logits.device)
+    errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
+    device = logits.device
+    loss = torch.empty(m, dtype=torch.float32, device=device) if reduction == "none" else None
+    lse = torch.empty(m, dtype=torch.float32, device=device) if return_lse else None
+    work = counter = None
+    if reduction != "none":
+        work = torch.empty(1 + 2 * m, dtype=torch.float32, device=device)
+        counter = _counter(device)
     if m:
-        target_c = target.contiguous()
-        err = _error_flag(logits.device, check_target)
-        vec = validate.access_width(n, (logits,))
-        kernel = compile_cross_entropy(logits.dtype, n, target.dtype, config=config, vec=vec,
-                                       early_target=early_target)
-        kernel(logits, loss, None, target_c, err, int(ignore_index))
-        # The kernel compares targets as 32-bit integers; an int64 target outside that range
-        # would alias a valid class, so the checked path also looks for those (same sync).
-        if check_target and (err[0] + (target_c.dtype == torch.int64 and
-                                       (target_c != target_c.to(torch.int32).to(torch.int64)).any())).item():
-            err.zero_()  # the next call on this stream starts from a clear flag
-            bad = target_c[((target_c < 0) | (target_c >= n)) & (target_c != ignore_index)]
-            raise ValueError(f"target values must be in [0, {n}) or ignore_index={ignore_index}; "
-                             f"got e.g. {bad[:4].tolist()}")
-    if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    return loss.sum() / (target != ignore_index).sum().to(torch.float32)
+        CrossEntropy.launch(rows, config, (reduction,), rows=(rows,), row_in=(target,), row_out=(loss, lse),
+                            extra=(work, counter),
+                            scalars=(ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET)))
+    elif work is not None:
+        work[0] = 0.0 if reduction == "sum" else math.nan
+    out = loss if reduction == "none" else work[0]
+    return (out, lse) if return_lse else out
 
 
 def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,

@@ -22,7 +22,7 @@ from cutlass import Float32, Int32, const_expr
 
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
 from .config import RowConfig
-from .rowkernel import make_row_copy
+from .layout import access_atom, make_row_copy
 
 PROBE_WIDTH = 4096
 THREADS = 256
@@ -51,8 +51,7 @@ class ReadProbe:
         thr = tiled_copy.get_slice(tidx)
         tXgX = thr.partition_S(cute.local_tile(mX, tiler_mn, (bidx, bidy)))
         tXcX = thr.partition_S(cute.local_tile(cute.make_identity_tensor(mX.shape), tiler_mn, (bidx, bidy)))
-        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
-                                   num_bits_per_copy=self.cfg.vec * mX.element_type.width)
+        atom = access_atom(mX.element_type, self.cfg.vec)
         frag = cute.make_rmem_tensor_like(tXgX)
         frag.fill(0.0)
         if tXcX[0][0] < mX.shape[0]:
@@ -69,7 +68,7 @@ def compile_read_probe(dtype: torch.dtype = torch.float32):
     cfg = RowConfig(THREADS, THREADS, 1, vec, PROBE_WIDTH // (THREADS * vec), 1)
     ct = TORCH_TO_CUTE[dtype]
     return compile_once(("read_probe", str(dtype)), lambda: (ReadProbe(cfg), (
-        fake_rows(ct, PROBE_WIDTH, vec), fake_vector(Float32, 1), Float32(0.0), fake_stream())))
+        fake_rows(ct, PROBE_WIDTH, vec), fake_vector(Float32, 1), Float32(0.0), fake_stream()), cfg))
 
 
 def read_probe(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -116,7 +115,7 @@ class SmemProbe:
 
 def compile_smem_probe(words: int = 8192, reps: int = 4096):
     return compile_once(("smem_probe", words, reps), lambda: (SmemProbe(words, reps), (
-        fake_vector(Float32, 1), Int32(1), Float32(0.0), fake_stream())))
+        fake_vector(Float32, 1), Int32(1), Float32(0.0), fake_stream()), None))
 
 
 class Chase:
@@ -152,7 +151,7 @@ class Chase:
 
 def compile_chase(in_smem: bool = False, smem_len: int = 0):
     return compile_once(("chase", in_smem, smem_len), lambda: (Chase(in_smem, smem_len), (
-        fake_vector(Int32, cute.sym_int()), fake_vector(Int32, 1), Int32(1), fake_stream())))
+        fake_vector(Int32, cute.sym_int()), fake_vector(Int32, 1), Int32(1), fake_stream()), None))
 
 
 def make_chain(n_elems: int, stride_elems: int, device="cuda", seed: int = 0) -> torch.Tensor:

@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-OPS = ("copy", "reduce_sum", "reduce_max", "rmsnorm", "softmax", "cross_entropy")
+OPS = ("copy", "reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy")
 
 # PTX instruction families worth counting, by regex on the opcode.
 _FAMILIES = {
@@ -106,7 +106,8 @@ def _count(ptx: str) -> dict:
 
 
 def compile_op(op: str, dtype: str, n: int, **kw):
-    """Compile (or fetch from the cache) the kernel ``op`` launches for rows of n."""
+    """Compile (or fetch from the cache) the kernel ``op`` launches for rows of n, as its
+    public function calls it with default arguments (``config`` overrides the table)."""
     from .compile import TORCH_BY_NAME
     tdt = TORCH_BY_NAME[dtype]
     if op == "copy":
@@ -116,16 +117,20 @@ def compile_op(op: str, dtype: str, n: int, **kw):
         from .reduction import compile_reduce
         return compile_reduce(tdt, n, op.split("_")[1], max_tier=kw.get("max_tier", "cluster"),
                               stream=kw.get("stream", True), config=kw.get("config"))
-    if op == "rmsnorm":
-        from .rmsnorm import compile_rmsnorm
-        return compile_rmsnorm(tdt, n, config=kw.get("config"))
-    if op == "softmax":
-        from .softmax import compile_softmax
-        return compile_softmax(tdt, n, config=kw.get("config"))
-    if op == "cross_entropy":
-        from .cross_entropy import compile_cross_entropy
-        return compile_cross_entropy(tdt, n, config=kw.get("config"), early_target=kw.get("early_target"))
+    if op in ROW_OPS:
+        return ROW_OPS[op]().compile(tdt, n, config=kw.get("config"))
     raise ValueError(f"op must be one of {OPS}, got {op!r}")
+
+
+def _row_ops():
+    from .cross_entropy import CrossEntropy
+    from .layernorm import LayerNorm
+    from .rmsnorm import RMSNorm
+    from .softmax import Softmax
+    return {"rmsnorm": RMSNorm, "layernorm": LayerNorm, "softmax": Softmax, "cross_entropy": CrossEntropy}
+
+
+ROW_OPS = {name: (lambda name=name: _row_ops()[name]) for name in ("rmsnorm", "layernorm", "softmax", "cross_entropy")}
 
 
 def inspect_op(op: str, dtype: str = "bf16", n: int = 4096, **kw) -> Report:
@@ -135,11 +140,7 @@ def inspect_op(op: str, dtype: str = "bf16", n: int = 4096, **kw) -> Report:
     res = kernel_resources(c.cubin)
     regs = max(r.registers for r in res)
     frame = max(r.frame_bytes for r in res)
-    cfg = c.key[-2] if op != "copy" and len(c.key) > 2 else None
-    for part in c.key:
-        if type(part).__name__ == "RowConfig":
-            cfg = part
-    return Report(op, dtype, n, cfg, regs, frame, c.seconds, _count(c.ptx), c.ptx)
+    return Report(op, dtype, n, c.config, regs, frame, c.seconds, _count(c.ptx), c.ptx)
 
 
 def main(argv=None) -> int:

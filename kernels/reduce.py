@@ -97,9 +97,7 @@ LOGSUMEXP = Combine("logsumexp", (-math.inf, 0.0), _online_combine, _online_fold
 # exp2(fma(x, log2 e, -M)), one fused multiply-add (the product exact inside it) where
 # exp_minus takes a subtraction and a product. M's rounding shifts every term of a row alike
 # and cancels in anything formed against the same M (cross-entropy's loss: see
-# CrossEntropy.loss). Cross-entropy measured it 0.1-0.8 points of the read ceiling faster at
-# bf16 1k-128k; softmax not faster (benchmarks/runs/fold_diet.py, fold_diet2.py), so softmax
-# keeps LOGSUMEXP.
+# CrossEntropy.loss). Cross-entropy gains from it, softmax does not (TUNING.md#log2-pair).
 def exp2_from(x, big):
     """exp2(x log2 e - big) for a value or a tensor of them, ``big`` a max in log2 units
     (-inf, nothing seen yet, counts as 0)."""
@@ -205,13 +203,14 @@ def block_reduce(vals, op: cutlass.Constexpr, buf: cute.Tensor, warps_per_row: c
 
 
 @cute.jit
-def cluster_reduce_setup(mbar: cute.Pointer):
-    """Before any block of the cluster may write into a peer: each block arms its
-    own mbarrier (one arrival: the local expect_tx), fences the init so the async
-    proxy sees it, and signals the cluster barrier. ``cluster_wait`` comes later,
-    as late as possible, so the wait hides behind the loads."""
+def cluster_reduce_setup(mbar: cute.Pointer, count: cutlass.Constexpr[int] = 1):
+    """Before any block of the cluster may write into a peer: each block arms its own
+    ``count`` mbarriers (one per exchange; one arrival each: the local expect_tx), fences the
+    init so the async proxy sees it, and signals the cluster barrier. ``cluster_wait`` comes
+    later, as late as possible, so the wait hides behind the loads."""
     if cute.arch.thread_idx()[0] == 0:
-        cute.arch.mbarrier_init(mbar, 1)
+        for i in cutlass.range_constexpr(count):
+            cute.arch.mbarrier_init(mbar + i, 1)
     cute.arch.mbarrier_init_fence()
     cute.arch.cluster_arrive_relaxed()
 
@@ -263,14 +262,17 @@ def row_reduce(
     cluster_n: cutlass.Constexpr[int],
     buf,
     mbar,
+    first: cutlass.Constexpr[bool] = True,
 ):
     """Climb the tiers above the thread: warp, then block or cluster, using only
     those the configuration needs. ``vals`` is this thread's folded tuple; every
-    thread of the row gets the row's result."""
+    thread of the row gets the row's result. A kernel that reduces twice a row passes each
+    exchange its own ``buf`` and ``mbar``; the first waits for the cluster's setup."""
     vals = warp_reduce(vals, op, min(threads_per_row, WARP_SIZE))
     warps_per_row = const_expr(max(1, threads_per_row // WARP_SIZE))
     if const_expr(cluster_n > 1):
-        cute.arch.cluster_wait()
+        if const_expr(first):
+            cute.arch.cluster_wait()
         vals = cluster_reduce(vals, op, buf, mbar, warps_per_row, cluster_n, slot_width(op))
     elif const_expr(warps_per_row > 1):
         vals = block_reduce(vals, op, buf, warps_per_row)

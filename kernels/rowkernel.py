@@ -1,403 +1,608 @@
-"""One row-kernel template for every op in this package.
+"""One row-kernel template for every row op in this package.
 
-Each block (or cluster of blocks) owns ``rows_per_block`` rows. For each row it
+Each block (or cluster of blocks) owns ``rows_per_block`` rows of an (M, N) input. For each
+row it
 
-1. loads its part of the row once, with 128-bit loads, straight into registers
-   (predicated on N and M, out-of-row elements set to the op's neutral value);
-2. folds its registers (thread tier), then climbs warp, block or cluster tiers
-   with what is left (``kernels.reduce``);
-3. runs the op's epilogue: write a row back (RMSNorm, softmax), or one number per
-   row (row reductions, cross-entropy).
+1. loads its share of the row once, with 128-bit loads (predicated on N and M; elements
+   outside the row hold the reduction's neutral value);
+2. folds what it holds (thread tier), then climbs the warp, block or cluster tiers with what is
+   left (``kernels.reduce``), once for every reduction the op declares;
+3. runs the op's epilogue: rows written back (RMSNorm, softmax) and values written per row
+   (rstd, the loss).
 
-An op supplies only what differs: the :class:`~kernels.reduce.Combine` to reduce
-with, whether it needs the row again (``keep_row``), and its epilogue.
+An op *declares* what it reads and writes, by name, and supplies only what differs: what it
+reduces and its epilogue. A new row op is a short file (``kernels/layernorm.py``)::
 
-A kept row waits for the epilogue in registers (``stage="reg"``, as fp32), or, for the
-longest rows, in shared memory (``stage="smem"``): step 1 then copies the block's tile
-of rows into shared memory with ``cp.async`` (the input dtype, no registers held), the
-fold and the epilogue each read it back one access at a time. Registers then no longer
-grow with the row, and more blocks fit an SM.
+    class RMSNorm(RowOp):
+        table = "rmsnorm"                 # its rows in kernels/config.py
+        cols = ("weight",)                # (N,) inputs, broadcast over the rows; optional
+        out = ("y",)                      # (M, N) outputs
+        row_out = ("rstd",)               # (M,) fp32 outputs; optional
+        scalars = {"eps": Float32}
+        reductions = (SUMSQ,)             # one exchange a row
+
+        def epilogue(self, v, results, s):
+            rstd = ...
+            return {"y": v.x * rstd * v.weight}
+
+Where the row waits between the reduction and the epilogue is the configuration's *stage*,
+and each stage is a strategy below: :class:`InRegisters`, :class:`Staged` (shared memory,
+filled with ``cp.async``) and :class:`Streamed` (not kept: folded pass by pass).
 """
 from __future__ import annotations
 
-import math
-from typing import Optional
+from types import SimpleNamespace
 
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
 from cutlass import Float32, Int64, const_expr
 
-from .config import RowConfig
-from .reduce import Combine, cluster_reduce_setup, row_reduce, slot_width
+from . import validate
+from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
+from .config import row_config, vector_width
+from .layout import access_atom, column_predicate, make_row_copy, make_stage_copy
+from .reduce import cluster_reduce_setup, row_reduce, slot_width
 
-#: Load a weight row before the reduction only when a thread holds at most this many
-#: elements (registers to spare); otherwise after it.
-PREFETCH_WEIGHT_MAX_ELEMS = 32
-#: A row staged in shared memory reads the weight this many accesses ahead of the one the
-#: epilogue works on (four registers each): a load may not pass the output's stores
-#: (the compiler cannot tell that they never alias), so without this every access would
-#: wait for its own round trip to L2. A thread of at least WEIGHT_ALL_FROM accesses loads
-#: every access of its weight before the exchange instead, so that the round trips hide behind
-#: it: RMSNorm measured 96.4% of the copy ceiling against 95.8% at bf16 128k, 95.2% against
-#: 93.4% at bf16 256k and 94.0% against 92.7% at fp32 256k (8 accesses, 50 registers against
-#: 32), and at bf16 64k (4 accesses) 95.9% against 96.1% (benchmarks/runs/weight_ahead.py,
-#: book/data/weight_ahead.csv, H200).
-WEIGHT_AHEAD = 2
-WEIGHT_ALL_FROM = 8
+#: Column inputs (a weight, a bias) of a row kept in registers are loaded before the reduction
+#: when a thread holds at most this many elements (their latency hides behind the exchange),
+#: else after it (they would hold registers across it). A staged row loads them in the
+#: epilogue, ``COLUMNS_AHEAD`` accesses ahead of the one it works on, or all of them before
+#: the exchange from ``COLUMNS_ALL_FROM`` accesses a thread (TUNING.md#weight-prefetch, TUNING.md#weight-ahead).
+COLUMNS_EARLY_MAX_ELEMS = 32
+COLUMNS_AHEAD = 2
+COLUMNS_ALL_FROM = 8
+COLUMNS_ALL_MAX_REGS = 32
 
 
-def make_row_copy(dtype, cfg: RowConfig, coalesced: bool = True) -> cute.TiledCopy:
-    """The thread-value layout of a row tile: threads ``(rows_per_block, threads_per_row)``
-    row-major, each owning ``vec`` consecutive elements per access, so that a warp's
-    32 accesses are 32 neighbouring pieces of one row (coalesced).
+class RowOp:
+    """Base of every row op. Subclasses declare their inputs and outputs by name and override
+    the hooks they need; the template below is the same for all of them.
 
-    ``coalesced=False`` numbers the threads column-major instead: neighbouring lanes
-    then sit in different rows, a whole row apart, and each warp-wide access touches
-    32 separate memory segments (the anti-pattern chapter 2 measures)."""
-    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=cfg.vec * dtype.width)
-    order = (1, 0) if coalesced else (0, 1)
-    thr_layout = cute.make_ordered_layout((cfg.rows_per_block, cfg.threads_per_row), order=order)
-    val_layout = cute.make_layout((1, cfg.vec))
-    return cute.make_tiled_copy_tv(atom, thr_layout, val_layout)
-
-
-def make_stage_copy(dtype, vec: int) -> cute.CopyAtom:
-    """The atom that copies a row from global into shared memory: ``cp.async`` of the
-    access width (16 bytes: ``.cg``, past L1; 4 or 8 bytes: ``.ca``). ``cp.async`` moves
-    at least 4 bytes, so single 16-bit elements (a ragged bf16 row) go through a register
-    instead (``ld.global`` then ``st.shared``)."""
-    bits = vec * dtype.width
-    if bits < 32:
-        return cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=bits)
-    mode = cute.nvgpu.LoadCacheMode.GLOBAL if bits == 128 else cute.nvgpu.LoadCacheMode.ALWAYS
-    return cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=mode), dtype, num_bits_per_copy=bits)
-
-
-@cute.jit
-def column_predicate(tXcX: cute.Tensor, n: cutlass.Constexpr[int]) -> cute.Tensor:
-    """One flag per 128-bit access: does it start inside the row? (N is a multiple of
-    the vector width, so an access is either wholly in or wholly out.)"""
-    tXpX = cute.make_rmem_tensor(
-        cute.make_layout(
-            (cute.size(tXcX, mode=[0, 1]), cute.size(tXcX, mode=[1]), cute.size(tXcX, mode=[2])),
-            stride=(cute.size(tXcX, mode=[2]), 0, 1),
-        ),
-        cutlass.Boolean,
-    )
-    for v in cutlass.range(tXpX.shape[0], unroll_full=True):
-        for k in cutlass.range(tXpX.shape[2], unroll_full=True):
-            tXpX[v, 0, k] = cute.elem_less(tXcX[(0, v), 0, k][1], n)
-    return tXpX
-
-
-class RowKernel:
-    """Template of a row kernel. Subclasses set ``op`` and ``keep_row`` and override
-    ``row_epilogue`` (returns the output row) or ``scalar_epilogue`` (one fp32 per row).
+    rows:       (M, N) inputs, read with the row's accesses (the first sets the dtype)
+    cols:       (N,) inputs broadcast over the rows (a weight, a bias); each may be absent
+    row_in:     (M,) inputs, one value a row (a target)
+    out:        (M, N) outputs, in the input dtype
+    row_out:    (M,) fp32 outputs (rstd, mean, loss); each may be absent
+    extra:      other 1-D tensors the op's hooks use (``fake_extra`` makes their fakes)
+    scalars:    run-time scalars, name -> DSL type
+    reductions: the Combines reduced a row, in order, one exchange each
     """
 
-    op: Combine
-    keep_row: bool = True
-    writes_rows: bool = True  # False: one fp32 per row
-    #: Issue ``scalar_prologue``'s loads right after the row's first loads, so that their
-    #: round trips overlap the row's instead of following the reduction (False: just before
-    #: the epilogue, by the one thread that writes the row's result). "split": in two steps,
-    #: ``scalar_prologue_index`` before the row's loads and ``scalar_prologue_gather`` (which
-    #: may depend on it) after the row is folded, before the exchange, by the writing thread.
-    early_prologue: bool | str = False
-    #: A row staged in shared memory: how many of the weight's accesses are loaded ahead
-    #: (None: WEIGHT_AHEAD, or all of them from WEIGHT_ALL_FROM accesses a thread).
-    weight_ahead: int | None = None
-    #: A row staged in shared memory: how many cp.async commit groups its copies are split
-    #: into (the fold waits for each in turn before its first access; 1: one group, all waited
-    #: for before the fold starts); where it does not divide ``vecs_per_thread``, their greatest
-    #: common divisor.
-    stage_groups: int = 1
+    table: str
+    rows: tuple = ("x",)
+    cols: tuple = ()
+    row_in: tuple = ()
+    out: tuple = ()
+    row_out: tuple = ()
+    extra: tuple = ()
+    scalars: dict = {}
+    reductions: tuple = ()
+    #: The optional tensors the op's public function passes by default (what ``compile``
+    #: builds when it is not told).
+    default_present: tuple = ()
+    #: The options the op's public function passes by default.
+    default_options: tuple = ()
 
-    def __init__(self, dtype, n: int, cfg: RowConfig):
-        cfg.check(n, dtype.width)
-        if cfg.stage == "smem" and not (self.keep_row and self.writes_rows):
+    def __init__(self, dtype, n: int, cfg, present: frozenset, in_dtypes: tuple = ()):
+        cfg.check(n, dtype.width, stages=max(1, len(self.reductions)))
+        if self.out and cfg.stage == "stream":
+            raise ValueError(f"{type(self).__name__} writes rows: its row must be kept (stage 'reg' or 'smem')")
+        if not self.out and cfg.stage == "smem":
             raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
                              "stage='smem' buys nothing, use stage='reg'")
-        self.dtype, self.n, self.cfg = dtype, n, cfg
+        self.dtype, self.n, self.cfg, self.present, self.in_dtypes = dtype, n, cfg, present, in_dtypes
 
-    # ---- hooks -------------------------------------------------------------------
-    def transform(self, x):
-        """Elementwise map before folding (fp32 in, fp32 out)."""
-        return x
+    # ---- what an op overrides --------------------------------------------------------
+    @classmethod
+    def configure(cls, n: int, elem_bits: int, vec: int, options: tuple):
+        """The configuration for rows of n elements (default: the op's table)."""
+        return row_config(cls.table, n, elem_bits, vec=vec)
 
-    def row_epilogue(self, x, result, w, scalar):
-        raise NotImplementedError
+    def fold_input(self, v, i: int, results):
+        """What reduction ``i`` folds, elementwise, as fp32: by default the first row input.
+        ``v`` holds this thread's values by name (rows and columns), ``results`` the
+        reductions before this one. Elements outside the row must fold to the identity."""
+        return getattr(v, self.rows[0])
 
-    def scalar_prologue(self, row, m, mX, mT, scalar):
-        """Whatever a scalar epilogue loads besides the reduction (e.g. cross-entropy's target
-        and its logit), handed to it as ``pre``; None by default."""
+    def epilogue(self, v, results, s) -> dict:
+        """The rows written back, name -> fp32 values, elementwise from ``v`` (this thread's
+        row values and columns) and the row's ``results``; ``s`` holds the scalars."""
+        return {}
+
+    def row_values(self, io, b, results, pre) -> dict:
+        """The values written per row (row ``b.row``), name -> Float32, by the row's first thread."""
+        return {}
+
+    def before_loads(self, io, b):
+        """Loads an op issues before the row's (returns ``pre``, handed to the next hooks)."""
         return None
 
-    def scalar_prologue_index(self, row, m, mT, scalar):
-        """early_prologue "split": the first step of ``scalar_prologue``, issued before the
-        row's loads."""
-        raise NotImplementedError
+    def after_fold(self, io, b, pre):
+        """Loads an op issues after the thread tier, before the exchange (returns ``pre``)."""
+        return pre
 
-    def scalar_prologue_gather(self, index, row, m, mX, tidx, rank):
-        """early_prologue "split": the second step, from the first's result, issued after the
-        row's fold by the thread that writes the row (the first of the row's threads, in the
-        cluster's first block); returns ``pre``."""
-        raise NotImplementedError
-
-    def scalar_epilogue(self, result, row, mX, mT, mErr, scalar, pre):
-        raise NotImplementedError
-
-    def block_start(self, tidx, bidx, rank):
-        """Called first thing in every block (``rank``: the block's place in its cluster). No code
-        by default: ``benchmarks/runs/timeline.py`` writes the global timer here and in
-        ``block_end``, to see when each block of a launch starts and ends."""
+    def finish(self, io, b):
+        """Called by every thread of every block last, after the per-row outputs are written."""
         return None
 
-    def block_end(self, tidx, bidx, rank):
-        """Called last thing in every block. No code by default."""
-        return None
+    def fake_extra(self, m):
+        return ()
 
-    def row_view(self, gX, cX, tile, thr, even_n):
-        """This thread's view of column tile ``tile`` of its rows: global source, coordinates
-        and per-access predicate (None when N fills every tile)."""
-        tXgX = thr.partition_S(gX[None, None, tile])
-        tXcX = thr.partition_S(cX[None, None, tile])
-        return tXgX, tXcX, None if even_n else column_predicate(tXcX, self.n)
+    # ---- host side -------------------------------------------------------------------
+    @classmethod
+    def launch(cls, x, config=None, options=(), *, rows, cols=(), row_in=(), out=(), row_out=(), extra=(),
+               scalars=()):
+        """Launch the op on (M, N) ``rows`` (x among them), each slot's tensors in declared
+        order (None for an absent optional one), compiling it on the first call for its key."""
+        n = x.shape[1]
+        eb = x.element_size()
+        vec = validate.access_width(n, eb, rows + out, [c for c in cols if c is not None])
+        present = tuple(t is not None for t in cols + row_out + extra)
+        key = (cls, x.dtype, n, vec, present, tuple(t.dtype for t in row_in), config, options)
+        hit = _LAUNCH.get(key)
+        if hit is None:
+            validate.check_arch(x.device)
+            hit = cls.compile(x.dtype, n, vec, present, tuple(t.dtype for t in row_in), config, options).fn
+            _LAUNCH[key] = hit
+        hit((*rows, *out, *(c for c in cols if c is not None), *row_in,
+             *(t for t in row_out + extra if t is not None), *scalars))
 
-    def row_tile(self, gX, cX, tile, thr, even_n):
-        """``row_view`` and a register fragment that holds the op's neutral value wherever
-        the load is predicated off."""
-        tXgX, tXcX, tXpX = self.row_view(gX, cX, tile, thr, even_n)
-        tXrX = cute.make_rmem_tensor_like(tXgX)
-        if not even_n:
-            tXrX.fill(self.op.pad)
-        return tXgX, tXcX, tXpX, tXrX
+    @classmethod
+    def compile(cls, dtype, n: int, vec: int | None = None, present=None, in_dtypes=None, config=None,
+                options=None):
+        """Compile (once) the kernel for rows of n elements of ``dtype`` (a torch dtype), with
+        the optional tensors of ``present`` (one flag each for cols, row_out and extra, in
+        order; default: those the public function passes) and ``options`` (default: the public
+        function's); usable without a GPU."""
+        options = cls.default_options if options is None else tuple(options)
+        if in_dtypes is None:
+            import torch
+            in_dtypes = (torch.int64,) * len(cls.row_in)
+        bits = torch_bits(dtype)
+        vec = vec or vector_width(n, bits)
+        slots = cls.cols + cls.row_out + cls.extra
+        present = tuple(present) if present is not None else tuple(name in cls.default_present for name in slots)
+        if len(present) != len(slots):
+            raise ValueError(f"{cls.__name__}: {len(slots)} optional tensors, got {len(present)} flags")
+        in_dtypes = tuple(in_dtypes)
+        key = (cls.__name__, str(dtype), n, vec, present, tuple(map(str, in_dtypes)), config, options)
 
-    def weight_tile(self, mW, shape, tiler_mn, bidx, tile, thr):
-        """This thread's share of a length-N weight in global memory: the weight viewed
-        as an (M, N) tensor with row stride 0, partitioned exactly like the input."""
-        mW2 = cute.make_tensor(mW.iterator, cute.make_layout(shape, stride=(0, 1)))
-        return thr.partition_S(cute.local_tile(mW2, tiler_mn, (bidx, None))[None, None, tile])
+        def build():
+            cfg = config or cls.configure(n, bits, vec, options)
+            ct = TORCH_TO_CUTE[dtype]
+            op = cls(ct, n, cfg, frozenset(name for name, p in zip(slots, present) if p), in_dtypes, *options)
+            m = cute.sym_int()
+            args = [fake_rows(ct, n, cfg.vec) for _ in cls.rows + cls.out]
+            args += [fake_vector(ct, n, cfg.vec) for name in cls.cols if name in op.present]
+            args += [fake_vector(TORCH_TO_CUTE[d], m) for d in in_dtypes]
+            args += [fake_vector(Float32, m) for name in cls.row_out if name in op.present]
+            args += list(op.fake_extra(m))
+            args += [t(0) for t in cls.scalars.values()]
+            return op, (tuple(args), fake_stream()), cfg
+        return compile_once(key, build)
 
-    def load_weight(self, mW, shape, tiler_mn, bidx, tile, thr, load, tXpX):
-        """This thread's share of a length-N weight, as fp32."""
-        tXgW = self.weight_tile(mW, shape, tiler_mn, bidx, tile, thr)
-        tXrW = cute.make_rmem_tensor_like(tXgW)
-        cute.copy(load, tXgW, tXrW, pred=tXpX)
-        return tXrW.load().to(Float32)
-
-    def load_access(self, tXsX, tXpX, k, load, pad=None):
-        """Access ``k`` of this thread's partition ``tXsX`` (shared or global memory), in
-        registers; predicated off (``tXpX``, None when N fills every tile), it holds ``pad``,
-        or whatever the registers held when ``pad`` is None."""
-        tXrX = cute.make_rmem_tensor_like(tXsX[None, None, k])
-        if pad is not None and tXpX is not None:
-            tXrX.fill(pad)
-        cute.copy(load, tXsX[None, None, k], tXrX, pred=None if tXpX is None else tXpX[None, None, k])
-        return tXrX
-
-    def fold_buffer(self, buf):
-        """The thread tier over one pass's register buffer: from the bf16 registers themselves
-        where the op has a fold for them (``Combine.fold_bf16``), accesses are whole 32-bit
-        words (an even ``vec``) and no transform applies; else over the buffer widened to fp32."""
-        if const_expr(self.op.fold_bf16 is not None and buf.element_type is cutlass.BFloat16
-                      and self.cfg.vec % 2 == 0 and type(self).transform is RowKernel.transform):
-            return self.op.fold_bf16(buf)
-        return self.op.fold(self.transform(buf.load().to(Float32)))
+    def bind(self, args):
+        """The flat argument tuple (rows, out, cols, row_in, row_out, extra, scalars: the
+        present tensors of each slot in declared order), by name (None where absent)."""
+        it = iter(args)
+        take = lambda names, optional: {k: (next(it) if not optional or k in self.present else None) for k in names}
+        rows = take(self.rows, False)
+        out = take(self.out, False)
+        cols = take(self.cols, True)
+        row_in = take(self.row_in, False)
+        row_out = take(self.row_out, True)
+        extra = take(self.extra, True)
+        scalars = {k: next(it) for k in self.scalars}
+        return SimpleNamespace(rows=rows, cols=cols, row_in=row_in, out=out, row_out=row_out, extra=extra,
+                               s=SimpleNamespace(**scalars), x=next(iter(rows.values())))
 
     @cute.jit
-    def load_pass(self, buf, p, gX, cX, rank, thr, even_n, m, load):
-        """Issue pass ``p``'s loads into the register buffer ``buf`` (refilled with the op's
-        neutral value first where the loads are predicated off: the buffer is reused)."""
-        tXgX_p, tXcX_p, tXpX_p = self.row_view(gX, cX, p * self.cfg.cluster_n + rank, thr, even_n)
-        if const_expr(not even_n):
-            buf.fill(self.op.pad)
-        if tXcX_p[0][0] < m:
-            cute.copy(load, tXgX_p, buf, pred=tXpX_p)
-
-    @cute.jit
-    def stream_ahead(self, buf0, gX, cX, rank, thr, even_n, m, load):
-        """A streamed row whose pass p + 1 is loaded before pass p is folded (``cfg.ahead``):
-        two buffers, even passes in ``buf0`` (pass 0 already issued there), odd ones in
-        ``buf1``, two passes an iteration so that each buffer stays put."""
-        op, passes = self.op, self.cfg.passes
-        buf1 = cute.make_rmem_tensor_like(buf0)
-        self.load_pass(buf1, 1, gX, cX, rank, thr, even_n, m, load)
-        state = self.fold_buffer(buf0)  # pass 0
-        for p in cutlass.range(1, passes - 1, 2):  # folds passes p (odd) and p + 1
-            self.load_pass(buf0, p + 1, gX, cX, rank, thr, even_n, m, load)
-            state = op.combine(state, self.fold_buffer(buf1))
-            if p + 2 < passes:
-                self.load_pass(buf1, p + 2, gX, cX, rank, thr, even_n, m, load)
-            state = op.combine(state, self.fold_buffer(buf0))
-        if const_expr(passes % 2 == 0):  # the last pass, odd, is in buf1
-            state = op.combine(state, self.fold_buffer(buf1))
-        return state
-
-    # ---- host side ---------------------------------------------------------------
-    @cute.jit
-    def __call__(self, mX: cute.Tensor, mO: cute.Tensor, mW: Optional[cute.Tensor],
-                 mT: Optional[cute.Tensor], mErr: Optional[cute.Tensor], scalar, stream):
+    def __call__(self, args, stream):
         cfg = self.cfg
+        mX = args[0]
         tiled_copy = make_row_copy(mX.element_type, cfg)
         tiler_mn = (cfg.rows_per_block, cfg.cols_per_pass)
-        self.kernel(mX, mO, mW, mT, mErr, scalar, tiled_copy, tiler_mn).launch(
+        self.kernel(args, tiled_copy, tiler_mn).launch(
             grid=[cute.ceil_div(mX.shape[0], cfg.rows_per_block), cfg.cluster_n, 1],
             block=[cfg.threads_per_block, 1, 1],
             cluster=[1, cfg.cluster_n, 1] if const_expr(cfg.cluster_n > 1) else None,
             stream=stream,
         )
 
-    # ---- device side -------------------------------------------------------------
+    # ---- device side -----------------------------------------------------------------
     @cute.kernel
-    def kernel(self, mX: cute.Tensor, mO: cute.Tensor, mW: Optional[cute.Tensor],
-               mT: Optional[cute.Tensor], mErr: Optional[cute.Tensor], scalar,
-               tiled_copy: cute.TiledCopy, tiler_mn: cute.Shape):
-        cfg, op, n = self.cfg, self.op, self.n
-        tidx, _, _ = cute.arch.thread_idx()
-        bidx, rank, _ = cute.arch.block_idx()
-        if const_expr(cfg.cluster_n == 1):
-            rank = 0
-        m = mX.shape[0]
-        row = bidx * cfg.rows_per_block + tidx // cfg.threads_per_row  # this thread's row
-        pre = None
-        self.block_start(tidx, bidx, rank)
+    def kernel(self, args, tiled_copy: cute.TiledCopy, tiler_mn: cute.Shape):
+        cfg = self.cfg
+        io = self.bind(args)
+        b = Block(self, io, tiled_copy, tiler_mn)
+        strategy = STRATEGIES[cfg.stage](self, io, b)
+        pre = self.before_loads(io, b)
+        state = strategy.load_and_fold()
+        pre = self.after_fold(io, b, pre)
+        strategy.early_columns()
+        results = []
+        for i in cutlass.range_constexpr(len(self.reductions)):
+            if const_expr(i > 0):
+                state = strategy.refold(i, results)
+            results.append(row_reduce(state, self.reductions[i], cfg.threads_per_row, cfg.cluster_n,
+                                      b.bufs[i], None if b.mbar is None else b.mbar + i, first=i == 0))
+        strategy.write_rows(results)
+        self.write_row_values(io, b, results, pre)
+        self.finish(io, b)
 
-        # Partials of the block / cluster tiers live in shared memory.
-        smem = cutlass.memory.SmemAllocator()
-        warps_per_row = cfg.warps_per_row
-        buf, mbar = None, None
-        if const_expr(cfg.cluster_n > 1 or warps_per_row > 1):
-            buf = smem.allocate_tensor(
+    @cute.jit
+    def write_row_values(self, io, b, results, pre):
+        """The row's first thread (in the cluster's first block) writes its per-row values."""
+        if b.tidx % self.cfg.threads_per_row == 0 and b.rank == 0 and b.row < b.m:
+            values = self.row_values(io, b, results, pre)
+            for name in self.row_out:
+                if const_expr(io.row_out[name] is not None):
+                    io.row_out[name][b.row] = values[name]
+
+
+def torch_bits(dtype) -> int:
+    import torch
+    return torch.finfo(dtype).bits
+
+
+_LAUNCH: dict = {}
+
+
+class Block:
+    """What every thread of a block knows about its rows (a trace-time namespace): its
+    indices, the row, the partials buffers of the tiers above the warp, and its partition."""
+
+    def __init__(self, op: RowOp, io, tiled_copy, tiler_mn):
+        cfg = op.cfg
+        self.tidx, _, _ = cute.arch.thread_idx()
+        self.bidx, rank, _ = cute.arch.block_idx()
+        self.rank = 0 if const_expr(cfg.cluster_n == 1) else rank
+        mX = io.x
+        self.m = mX.shape[0]
+        self.row = self.bidx * cfg.rows_per_block + self.tidx // cfg.threads_per_row  # this thread's row
+        self.tiler_mn = tiler_mn
+        # Partials of the block / cluster tiers live in shared memory, a buffer per reduction.
+        self.smem = cutlass.memory.SmemAllocator()
+        stages = max(1, len(op.reductions))
+        self.bufs = [None] * stages
+        self.mbar = None
+        if const_expr(cfg.cluster_n > 1 or cfg.warps_per_row > 1):
+            self.bufs = [self.smem.allocate_tensor(
                 Float32,
-                cute.make_ordered_layout(
-                    (cfg.rows_per_block, warps_per_row * cfg.cluster_n, slot_width(op)), order=(2, 1, 0)),
-                byte_alignment=16,
-            )
+                cute.make_ordered_layout((cfg.rows_per_block, cfg.warps_per_row * cfg.cluster_n, slot_width(c)),
+                                         order=(2, 1, 0)),
+                byte_alignment=16) for c in op.reductions] or [None]
         if const_expr(cfg.cluster_n > 1):
-            mbar = smem.allocate_array(Int64, num_elems=1)
-            cluster_reduce_setup(mbar)
-        # A kept row staged in shared memory: the block's (rows_per_block, cols_per_pass)
-        # tile in the input dtype, row-major, so that a warp's 16-byte accesses are 512
-        # contiguous bytes (no bank conflicts); 128-byte aligned for cp.async.
-        staged = const_expr(cfg.stage == "smem")
-        sX = None
-        if const_expr(staged):
-            sX = smem.allocate_tensor(mX.element_type, cute.make_ordered_layout(tiler_mn, order=(1, 0)),
-                                      byte_alignment=128)
+            self.mbar = self.smem.allocate_array(Int64, num_elems=stages)
+            cluster_reduce_setup(self.mbar, stages)
+        self.thr = tiled_copy.get_slice(self.tidx)
+        self.cX = cute.local_tile(cute.make_identity_tensor(mX.shape), tiler_mn, (self.bidx, None))
+        self.even_n = const_expr(op.n == cfg.cols_covered)
+        self.load = access_atom(mX.element_type, cfg.vec)
 
-        gX = cute.local_tile(mX, tiler_mn, (bidx, None))
-        cX = cute.local_tile(cute.make_identity_tensor(mX.shape), tiler_mn, (bidx, None))
-        thr = tiled_copy.get_slice(tidx)
-        even_n = const_expr(n == cfg.cols_covered)
-        load = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), mX.element_type,
-                                   num_bits_per_copy=cfg.vec * mX.element_type.width)
+    def tiles(self, mT):
+        """Tensor ``mT`` (M, N) as this block's column tiles: (rows_per_block, cols_per_pass, tile)."""
+        return cute.local_tile(mT, self.tiler_mn, (self.bidx, None))
 
-        split = const_expr(self.early_prologue == "split" and not self.writes_rows)
-        index = None
-        if const_expr(split):
-            index = self.scalar_prologue_index(row, m, mT, scalar)
+    def view(self, mT, tile: int):
+        """This thread's accesses of column tile ``tile`` of ``mT``, their coordinates and
+        per-access predicate (None when N fills every tile)."""
+        tXgX = self.thr.partition_S(self.tiles(mT)[None, None, tile])
+        tXcX = self.thr.partition_S(self.cX[None, None, tile])
+        return tXgX, tXcX, None if self.even_n else column_predicate(tXcX, self.n)
 
-        # 1. load the row into registers and fold it (thread tier). A kept row is one
-        # pass; a streamed row loops over passes, carrying only the folded tuple.
-        tile = rank
-        if const_expr(staged):
-            # 1'. or copy it into shared memory and fold it from there, one access at a
-            # time. Rows past M are not copied (and never stored); accesses past N are
-            # zero-filled by cp.async (or skipped), and read back as the op's neutral value.
-            tXgX, tXcX, tXpX = self.row_view(gX, cX, tile, thr, even_n)
-            tXsX = thr.partition_D(sX)
-            groups = math.gcd(self.stage_groups, cfg.vecs_per_thread)
-            per_group = cfg.vecs_per_thread // groups
-            if const_expr(groups == 1):
-                if tXcX[0][0] < m:
-                    cute.copy(make_stage_copy(mX.element_type, cfg.vec), tXgX, tXsX, pred=tXpX)
-                cute.arch.cp_async_commit_group()
-            else:  # one commit group per `per_group` accesses, so the fold can start on the first
-                stage_copy = make_stage_copy(mX.element_type, cfg.vec)
-                for g in cutlass.range_constexpr(groups):
-                    if tXcX[0][0] < m:
-                        for k in cutlass.range_constexpr(g * per_group, (g + 1) * per_group):
-                            cute.copy(stage_copy, tXgX[None, None, k], tXsX[None, None, k],
-                                      pred=None if const_expr(tXpX is None) else tXpX[None, None, k])
-                    cute.arch.cp_async_commit_group()
-            # wait_group makes this thread's own cp.async writes visible to this thread.
-            # Every thread reads back exactly the elements it copied (the same partition
-            # of the same tile, in the fold and in the epilogue), so no barrier is needed.
-            state = None
-            for k in cutlass.range_constexpr(cfg.vecs_per_thread):
-                if const_expr(k % per_group == 0):  # the groups up to k's have landed
-                    cute.arch.cp_async_wait_group(groups - 1 - k // per_group)
-                part = op.fold(self.transform(self.load_access(tXsX, tXpX, k, load, op.pad).load().to(Float32)))
-                state = part if k == 0 else op.combine(state, part)
-        else:
-            tXgX, tXcX, tXpX, tXrX = self.row_tile(gX, cX, tile, thr, even_n)
-            if tXcX[0][0] < m:
-                cute.copy(load, tXgX, tXrX, pred=tXpX)
-            if const_expr(self.early_prologue is True and not self.writes_rows):
-                pre = self.scalar_prologue(row, m, mX, mT, scalar)
-            if const_expr(cfg.ahead and cfg.passes > 1):
-                state = self.stream_ahead(tXrX, gX, cX, rank, thr, even_n, m, load)
+    def column(self, mW, tile: int):
+        """This thread's share of a length-N column input: the vector viewed as an (M, N)
+        tensor with row stride 0, partitioned exactly like the rows."""
+        mW2 = cute.make_tensor(mW.iterator, cute.make_layout(self.m_shape, stride=(0, 1)))
+        return self.thr.partition_S(self.tiles(mW2)[None, None, tile])
+
+
+#: Loops over a thread's accesses are unrolled by the DSL while shorter than this (the code the
+#: tables were tuned with), and by the compiler from this length on, where the DSL warns that
+#: unrolling them itself would be slow to compile (ragged rows of single-element accesses).
+STATIC_UNROLL_MAX = 63
+
+
+@cute.jit
+def over_accesses(start: cutlass.Constexpr[int], stop: cutlass.Constexpr[int], body, carry):
+    """``carry = body(k, carry)`` for the accesses k in [start, stop), unrolled (see
+    STATIC_UNROLL_MAX); returns the carry."""
+    if const_expr(stop - start <= STATIC_UNROLL_MAX):
+        for k in cutlass.range_constexpr(start, stop):
+            carry = body(k, carry)
+    else:
+        for k in cutlass.range(start, stop, unroll_full=True):
+            carry = body(k, carry)
+    return carry
+
+
+def load_access(tXsX, tXpX, k, load, pad=None):
+    """Access ``k`` of the partition ``tXsX`` (shared or global memory), in registers;
+    predicated off (``tXpX``, None when N fills every tile), it holds ``pad``, or whatever the
+    registers held when ``pad`` is None."""
+    tXrX = cute.make_rmem_tensor_like(tXsX[None, None, k])
+    if pad is not None and tXpX is not None:
+        tXrX.fill(pad)
+    cute.copy(load, tXsX[None, None, k], tXrX, pred=None if tXpX is None else tXpX[None, None, k])
+    return tXrX
+
+
+@cute.jit
+def zero_outside(values, like, tXpX):
+    """``values`` (fp32, laid out like the fragment ``like``) with every access that lies
+    outside the row set to zero."""
+    out = values
+    if const_expr(tXpX is not None):
+        frag = cute.make_rmem_tensor_like(like, Float32)
+        frag.store(values)
+        for k in cutlass.range(cute.size(frag, mode=[2]), unroll_full=True):
+            if not tXpX[0, 0, k]:
+                frag[None, None, k].fill(0.0)
+        out = frag.load()
+    return out
+
+
+class Strategy:
+    """Where the row waits. A strategy loads and folds the row, re-folds it for a later
+    reduction, loads the column inputs at its moment, and writes the op's output rows."""
+
+    def __init__(self, op: RowOp, io, b: Block):
+        self.op, self.io, self.b, self.cfg = op, io, b, op.cfg
+        b.n = op.n
+        b.m_shape = io.x.shape
+        self.tile = b.rank
+        self.cols = {}
+
+    def early_columns(self):
+        pass
+
+    def values(self, rows: dict, cols: dict):
+        return SimpleNamespace(**rows, **cols)
+
+    def fold(self, i, v, results):
+        op = self.op.reductions[i]
+        return op.fold(self.op.fold_input(v, i, results))
+
+
+class InRegisters(Strategy):
+    """The row waits in registers, as fp32: loaded once, folded, read again by the epilogue."""
+
+    @cute.jit
+    def load_and_fold(self):
+        b = self.b
+        self.frags, self.x = {}, {}
+        pad = self.op.reductions[0].pad
+        for name, mT in self.io.rows.items():
+            tXgX, tXcX, tXpX = b.view(mT, self.tile)
+            tXrX = cute.make_rmem_tensor_like(tXgX)
+            if const_expr(tXpX is not None):
+                tXrX.fill(pad)
+            if tXcX[0][0] < b.m:
+                cute.copy(b.load, tXgX, tXrX, pred=tXpX)
+            self.frags[name] = tXrX
+            self.tXcX, self.tXpX = tXcX, tXpX
+        self.x = {k: f.load().to(Float32) for k, f in self.frags.items()}
+        return self.fold(0, self.values(self.x, {}), [])
+
+    @cute.jit
+    def load_columns(self):
+        for name, mW in self.io.cols.items():
+            if const_expr(mW is not None):
+                tXgW = self.b.column(mW, self.tile)
+                tXrW = cute.make_rmem_tensor_like(tXgW)
+                cute.copy(self.b.load, tXgW, tXrW, pred=self.tXpX)
+                self.cols[name] = tXrW.load().to(Float32)
             else:
-                if const_expr(self.writes_rows):  # the epilogue reads the row again
-                    x = self.transform(tXrX.load().to(Float32))
-                    state = op.fold(x)
-                else:
-                    state = self.fold_buffer(tXrX)
-                for p in cutlass.range(1, cfg.passes, unroll=2):
-                    tXrX_p = cute.make_rmem_tensor_like(tXrX)  # a fresh buffer a pass
-                    self.load_pass(tXrX_p, p, gX, cX, rank, thr, even_n, m, load)
-                    state = op.combine(state, self.fold_buffer(tXrX_p))
+                self.cols[name] = None
 
-        if const_expr(split):
-            pre = self.scalar_prologue_gather(index, row, m, mX, tidx, rank)
+    @cute.jit
+    def early_columns(self):
+        if const_expr(self.cfg.elems_per_thread <= COLUMNS_EARLY_MAX_ELEMS):
+            self.load_columns()
 
-        # The weight (a row broadcast over M). With few elements a thread it is loaded
-        # before the reduction, its latency hidden behind the exchange; with many, after
-        # it, so that it holds no registers across the exchange (fp32 rows at N = 256k
-        # would otherwise need 64 more registers a thread). A staged row reads it in the
-        # epilogue, one access at a time.
-        prefetch_w = const_expr(cfg.elems_per_thread <= PREFETCH_WEIGHT_MAX_ELEMS and not staged)
-        w = None
-        if const_expr(mW is not None and prefetch_w):
-            w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
-        tXgW, tXrW = None, []
-        w_ahead = self.weight_ahead if self.weight_ahead is not None else (
-            cfg.vecs_per_thread if cfg.vecs_per_thread >= WEIGHT_ALL_FROM else WEIGHT_AHEAD)
-        if const_expr(mW is not None and staged):
-            tXgW = self.weight_tile(mW, mX.shape, tiler_mn, bidx, tile, thr)
-            tXrW = [self.load_access(tXgW, tXpX, k, load) for k in range(min(w_ahead, cfg.vecs_per_thread))]
+    @cute.jit
+    def refold(self, i, results):
+        v = self.values(self.x, self.cols)
+        any_frag = next(iter(self.frags.values()))
+        return self.op.reductions[i].fold(zero_outside(self.op.fold_input(v, i, results), any_frag, self.tXpX))
 
-        # 2. the tiers above the thread
-        result = row_reduce(state, op, cfg.threads_per_row, cfg.cluster_n, buf, mbar)
-
-        # 3. epilogue
-        if const_expr(staged):
-            # Read the row back from shared memory, one access at a time: transform, the
-            # op's epilogue (with the weight's access), a 128-bit store.
-            tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
-            for k in cutlass.range_constexpr(cfg.vecs_per_thread):
-                if const_expr(mW is not None and k + w_ahead < cfg.vecs_per_thread):
-                    tXrW.append(self.load_access(tXgW, tXpX, k + w_ahead, load))
-                w_k = None if const_expr(mW is None) else tXrW[k].load().to(Float32)
-                x_k = self.transform(self.load_access(tXsX, tXpX, k, load).load().to(Float32))
-                tXrO_k = cute.make_rmem_tensor_like(tXgO[None, None, k])
-                tXrO_k.store(self.row_epilogue(x_k, result, w_k, scalar).to(mO.element_type))
-                if tXcX[0][0] < m:
-                    cute.copy(load, tXrO_k, tXgO[None, None, k], pred=None if tXpX is None else tXpX[None, None, k])
-        elif const_expr(self.writes_rows):
-            if const_expr(mW is not None and not prefetch_w):
-                w = self.load_weight(mW, mX.shape, tiler_mn, bidx, tile, thr, load, tXpX)
-            y = self.row_epilogue(x, result, w, scalar)
-            tXgO = thr.partition_D(cute.local_tile(mO, tiler_mn, (bidx, None))[None, None, tile])
+    @cute.jit
+    def write_rows(self, results):
+        b = self.b
+        if const_expr(len(self.op.out) > 0 and self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS):
+            self.load_columns()
+        ys = self.op.epilogue(self.values(self.x, self.cols), results, self.io.s)
+        for name, mO in self.io.out.items():
+            tXgO = b.thr.partition_D(b.tiles(mO)[None, None, self.tile])
             tXrO = cute.make_rmem_tensor_like(tXgO)
-            tXrO.store(y.to(mO.element_type))
-            if tXcX[0][0] < m:
-                cute.copy(load, tXrO, tXgO, pred=tXpX)
+            tXrO.store(ys[name].to(mO.element_type))
+            if self.tXcX[0][0] < b.m:
+                cute.copy(b.load, tXrO, tXgO, pred=self.tXpX)
+
+
+class Staged(InRegisters):
+    """The row waits in shared memory, in the input dtype: copied there with ``cp.async`` (no
+    registers held), folded from there one access at a time, and read back the same way by the
+    epilogue. Registers no longer grow with the row, and more blocks fit an SM."""
+
+    @cute.jit
+    def load_and_fold(self):
+        b, cfg = self.b, self.cfg
+        # The block's (rows_per_block, cols_per_pass) tile of each row input, row-major, so that
+        # a warp's 16-byte accesses are 512 contiguous bytes (no bank conflicts); 128-byte
+        # aligned for cp.async.
+        self.staged = {}
+        groups = cfg.groups
+        per_group = cfg.vecs_per_thread // groups
+        stage_copy = make_stage_copy(self.io.x.element_type, cfg.vec)
+        for name, mT in self.io.rows.items():
+            sX = b.smem.allocate_tensor(mT.element_type, cute.make_ordered_layout(b.tiler_mn, order=(1, 0)),
+                                        byte_alignment=128)
+            tXgX, tXcX, tXpX = b.view(mT, self.tile)
+            self.tXcX, self.tXpX = tXcX, tXpX
+            self.staged[name] = b.thr.partition_D(sX)
+        # Rows past M are not copied (and never stored); accesses past N are zero-filled by
+        # cp.async (or skipped), and read back as the reduction's neutral value. One commit group
+        # per ``per_group`` accesses, so that the fold can start on the first.
+        for g in cutlass.range_constexpr(groups):
+            for name, mT in self.io.rows.items():
+                tXgX, _, _ = b.view(mT, self.tile)
+                if self.tXcX[0][0] < b.m:
+                    if const_expr(groups == 1):
+                        cute.copy(stage_copy, tXgX, self.staged[name], pred=self.tXpX)
+                    else:
+                        for k in cutlass.range_constexpr(g * per_group, (g + 1) * per_group):
+                            cute.copy(stage_copy, tXgX[None, None, k], self.staged[name][None, None, k],
+                                      pred=None if const_expr(self.tXpX is None) else self.tXpX[None, None, k])
+            cute.arch.cp_async_commit_group()
+        # wait_group makes this thread's own cp.async writes visible to this thread. Every
+        # thread reads back exactly the elements it copied (the same partition of the same
+        # tile, in the fold and in the epilogue), so no barrier is needed.
+        c = self.op.reductions[0]
+        cute.arch.cp_async_wait_group(groups - 1)
+        state = self.fold(0, self.values(self.access(0, c.pad), {}), [])
+        for g in cutlass.range_constexpr(groups):
+            if const_expr(g > 0):  # the groups up to g have landed
+                cute.arch.cp_async_wait_group(groups - 1 - g)
+            state = over_accesses(g * per_group + (1 if g == 0 else 0), (g + 1) * per_group,
+                                  lambda k, st: c.combine(st, self.fold(0, self.values(self.access(k, c.pad), {}), [])),
+                                  state)
+        return state
+
+    def access(self, k, pad=None):
+        """Access k of every staged row input, as fp32."""
+        return {name: load_access(sX, self.tXpX, k, self.b.load, pad).load().to(Float32)
+                for name, sX in self.staged.items()}
+
+    @cute.jit
+    def early_columns(self):
+        # Column inputs, ``ahead`` accesses before the one the epilogue works on (all of them
+        # from COLUMNS_ALL_FROM accesses a thread while they take at most COLUMNS_ALL_MAX_REGS
+        # registers, so that their round trips hide behind the exchange): a load may not pass
+        # the output's stores (the compiler cannot tell that they never alias), so without
+        # this every access would wait for its own round trip to L2.
+        vecs, cfg = self.cfg.vecs_per_thread, self.cfg
+        cols = [name for name, mW in self.io.cols.items() if mW is not None]
+        regs = vecs * len(cols) * -(-cfg.vec * self.io.x.element_type.width // 32)
+        self.ahead = vecs if vecs >= COLUMNS_ALL_FROM and regs <= COLUMNS_ALL_MAX_REGS else COLUMNS_AHEAD
+        self.tXgW, self.tXrW = {}, {}
+        for name in cols:
+            tXgW = self.b.column(self.io.cols[name], self.tile)
+            tXrW = cute.make_rmem_tensor_like(tXgW)
+            over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(tXgW, tXrW, k), None)
+            self.tXgW[name], self.tXrW[name] = tXgW, tXrW
+
+    def load_column(self, tXgW, tXrW, k):
+        cute.copy(self.b.load, tXgW[None, None, k], tXrW[None, None, k],
+                  pred=None if self.tXpX is None else self.tXpX[None, None, k])
+        return None
+
+    @cute.jit
+    def refold(self, i, results):
+        c = self.op.reductions[i]
+
+        def part(k, state):
+            p = c.fold(self.op.fold_input(self.values(self.access(k), {}), i, results))
+            if const_expr(self.tXpX is not None):  # accesses outside the row add nothing
+                p = tuple(cutlass.select_(self.tXpX[0, 0, k], v, Float32(e)) for v, e in zip(p, c.identity))
+            return c.combine(state, p)
+        return over_accesses(0, self.cfg.vecs_per_thread, part, tuple(Float32(e) for e in c.identity))
+
+    @cute.jit
+    def write_rows(self, results):
+        b, vecs = self.b, self.cfg.vecs_per_thread
+        tXgO = {name: b.thr.partition_D(b.tiles(mO)[None, None, self.tile]) for name, mO in self.io.out.items()}
+
+        def write(k, _):
+            cols = {name: None for name in self.io.cols}
+            for name, tXrW in self.tXrW.items():
+                if k + self.ahead < vecs:
+                    self.load_column(self.tXgW[name], tXrW, k + self.ahead)
+                cols[name] = tXrW[None, None, k].load().to(Float32)
+            ys = self.op.epilogue(self.values(self.access(k), cols), results, self.io.s)
+            for name, mO in self.io.out.items():
+                tXrO_k = cute.make_rmem_tensor_like(tXgO[name][None, None, k])
+                tXrO_k.store(ys[name].to(mO.element_type))
+                if self.tXcX[0][0] < b.m:
+                    cute.copy(b.load, tXrO_k, tXgO[name][None, None, k],
+                              pred=None if self.tXpX is None else self.tXpX[None, None, k])
+            return None
+        over_accesses(0, vecs, write, None)
+
+
+class Streamed(Strategy):
+    """The row is not kept: each pass loads a few accesses a thread and folds them into the
+    running tuple, which is all that lives across passes. With ``ahead``, pass p + 1 is
+    loaded before pass p is folded (two buffers), so that the fold hides behind loads."""
+
+    @cute.jit
+    def load_and_fold(self):
+        b, cfg = self.b, self.cfg
+        mX = self.io.x
+        tXgX, tXcX, tXpX = b.view(mX, self.tile)
+        self.tXcX, self.tXpX = tXcX, tXpX
+        tXrX = cute.make_rmem_tensor_like(tXgX)
+        if const_expr(tXpX is not None):
+            tXrX.fill(self.op.reductions[0].pad)
+        if tXcX[0][0] < b.m:
+            cute.copy(b.load, tXgX, tXrX, pred=tXpX)
+        state = None
+        if const_expr(cfg.ahead and cfg.passes > 1):
+            state = self.stream_ahead(tXrX)
         else:
-            if tidx % cfg.threads_per_row == 0 and rank == 0 and row < m:
-                # without early_prologue, the thread that writes loads what the epilogue needs here
-                mO[row] = self.scalar_epilogue(result, row, mX, mT, mErr, scalar, pre if const_expr(
-                    self.early_prologue is True or split) else self.scalar_prologue(row, m, mX, mT, scalar))
-        self.block_end(tidx, bidx, rank)
+            state = self.fold_buffer(tXrX)
+            for p in cutlass.range(1, cfg.passes, unroll=2):
+                tXrX_p = cute.make_rmem_tensor_like(tXrX)  # a fresh buffer a pass
+                self.load_pass(tXrX_p, p)
+                state = self.op.reductions[0].combine(state, self.fold_buffer(tXrX_p))
+        return state
+
+    def fold_buffer(self, buf):
+        """The thread tier over one pass's buffer: from the bf16 registers themselves where the
+        reduction has a fold for them (``Combine.fold_bf16``), accesses are whole 32-bit words
+        (an even ``vec``) and the op folds its row as it is; else over the buffer widened."""
+        c = self.op.reductions[0]
+        if const_expr(c.fold_bf16 is not None and buf.element_type is cutlass.BFloat16 and self.cfg.vec % 2 == 0
+                      and type(self.op).fold_input is RowOp.fold_input):
+            return c.fold_bf16(buf)
+        return self.fold(0, self.values({self.op.rows[0]: buf.load().to(Float32)}, {}), [])
+
+    @cute.jit
+    def load_pass(self, buf, p):
+        """Issue pass ``p``'s loads into the register buffer ``buf`` (refilled with the neutral
+        value first where the loads are predicated off: the buffer is reused)."""
+        b = self.b
+        tXgX_p, tXcX_p, tXpX_p = b.view(self.io.x, p * self.cfg.cluster_n + self.tile)
+        if const_expr(tXpX_p is not None):
+            buf.fill(self.op.reductions[0].pad)
+        if tXcX_p[0][0] < b.m:
+            cute.copy(b.load, tXgX_p, buf, pred=tXpX_p)
+
+    @cute.jit
+    def stream_ahead(self, buf0):
+        """Two buffers, even passes in ``buf0`` (pass 0 already issued there), odd ones in
+        ``buf1``, two passes an iteration so that each buffer stays put."""
+        c, passes = self.op.reductions[0], self.cfg.passes
+        buf1 = cute.make_rmem_tensor_like(buf0)
+        self.load_pass(buf1, 1)
+        state = self.fold_buffer(buf0)  # pass 0
+        for p in cutlass.range(1, passes - 1, 2):  # folds passes p (odd) and p + 1
+            self.load_pass(buf0, p + 1)
+            state = c.combine(state, self.fold_buffer(buf1))
+            if p + 2 < passes:
+                self.load_pass(buf1, p + 2)
+            state = c.combine(state, self.fold_buffer(buf0))
+        if const_expr(passes % 2 == 0):  # the last pass, odd, is in buf1
+            state = c.combine(state, self.fold_buffer(buf1))
+        return state
+
+    def refold(self, i, results):
+        raise NotImplementedError("a streamed row is not kept: it cannot be folded again")
+
+    def write_rows(self, results):
+        pass
+
+
+STRATEGIES = {"reg": InRegisters, "smem": Staged, "stream": Streamed}

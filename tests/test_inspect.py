@@ -9,15 +9,12 @@ import pytest
 from kernels.config import RowConfig, row_config, vector_width
 from kernels.cubin import kernel_resources
 from kernels.inspect import access_bits, inspect_op, main
-from kernels.rmsnorm import RMSNorm
-from kernels.rowkernel import WEIGHT_ALL_FROM
-from kernels.softmax import Softmax
+from kernels.rowkernel import COLUMNS_ALL_FROM
 
 from _grid import NS  # the GPU tests' row lengths: every kernel they launch is checked here
 
-OPS = ["reduce_sum", "reduce_max", "rmsnorm", "softmax", "cross_entropy"]
+OPS = ["reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy"]
 BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
-OP_CLASS = {"rmsnorm": RMSNorm, "softmax": Softmax}
 
 
 def test_access_bits():
@@ -50,7 +47,7 @@ def test_table_configs_compile_without_spills(op, dtype, n):
             assert rep.has(fam), f"cluster kernel without {fam}"
     elif cfg.warps_per_row > 1:
         assert rep.has("block barriers") and rep.has("shared stores")
-    else:
+    elif op != "cross_entropy":  # (whose mean adds up each block's losses through shared memory)
         assert not rep.has("remote shared stores") and not rep.has("block barriers")
 
 
@@ -69,14 +66,14 @@ def test_each_tier_compiles(tier, dtype, n):
 
 @pytest.mark.parametrize("n", [131072, 262144, 131000, 262143])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("op", ["rmsnorm", "softmax"])
+@pytest.mark.parametrize("op", ["rmsnorm", "softmax", "layernorm"])
 def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
     """A row staged in shared memory (the table's choice for the longest rows; asked for
     here, so every dtype is checked) arrives by cp.async (16 bytes when N allows; single
     16-bit elements go through a register), every thread reads back only what it copied
     (no barrier besides the reduction's), nothing spills, and a thread needs fewer registers
     than with the row kept in registers (but for softmax fp32 at odd N = 262143: see below)."""
-    rep = inspect_op(op, dtype, n, config=row_config(n, BITS[dtype], keep_row=True, stage="smem"))
+    rep = inspect_op(op, dtype, n, config=row_config(op, n, BITS[dtype], stage="smem"))
     cfg = rep.config
     assert cfg.stage == "smem"
     assert rep.frame_bytes == 0 and not rep.has("local memory")
@@ -84,12 +81,14 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
     if width >= 32:
         assert set(rep.async_copy_bytes()) == {width // 8}
         assert sum(rep.async_copy_bytes().values()) == cfg.vecs_per_thread
+        # the weight (and bias) arrive by plain loads; softmax reads nothing else
         assert not rep.has("global loads") if op == "softmax" else rep.widths("global loads") == {width}
     else:
         assert not rep.async_copy_bytes() and rep.widths("global loads") == {width}
-    # the copies in the op's commit groups, the fold waiting for each in turn (RMSNorm: two)
-    groups = math.gcd(OP_CLASS[op].stage_groups, cfg.vecs_per_thread)
-    assert groups == (2 if op == "rmsnorm" else 1)
+    # the copies in the op's commit groups, the fold waiting for each in turn (RMSNorm's and
+    # LayerNorm's table: two)
+    groups = cfg.groups
+    assert groups == (1 if op == "softmax" else 2)
     # (with ragged N the compiler may copy a group's commit into both arms of the branch that
     # skips rows past M, so a path still commits `groups` times)
     commits = rep.counts["async copy groups"]["cp.async.commit_group"]
@@ -98,9 +97,13 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
     assert [int(w) for w in re.findall(r"cp\.async\.wait_group\s+(\d+)", rep.ptx)] == list(range(groups - 1, -1, -1))
     assert width in rep.widths("shared loads") and width in rep.widths("global stores")
     assert cfg.cluster_n > 1 and not rep.has("block barriers")  # the cluster tier needs no bar.sync
-    reg = inspect_op(op, dtype, n, config=row_config(n, BITS[dtype], keep_row=True, stage="reg"))
+    if op == "layernorm":  # two exchanges a row, each its own mbarrier
+        assert rep.counts["mbarrier ops"]["mbarrier.init.shared.b64"] == 2
+        return
+    # against the row kept in registers with the shared kept table's shape
+    reg = inspect_op(op, dtype, n, config=row_config("row_reduce_kept", n, BITS[dtype]))
     assert reg.config.stage == "reg" and not reg.async_copy_bytes()
-    if n == cfg.cols_covered and op == "rmsnorm" and cfg.vecs_per_thread >= WEIGHT_ALL_FROM:
+    if n == cfg.cols_covered and op == "rmsnorm" and cfg.vecs_per_thread >= COLUMNS_ALL_FROM:
         # the weight's accesses all loaded before the exchange: up to 4 registers each, fewer
         # in all than the row would take
         assert 32 < rep.registers <= 32 + 4 * cfg.vecs_per_thread and rep.registers < reg.registers
@@ -118,8 +121,8 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
 def test_shared_memory_stage_compiles_for_any_kept_row(n):
     """Forced by ``config=``, the stage works where the table keeps registers too, including
     blocks of several rows (N = 1000: two rows a block)."""
-    for op in ("rmsnorm", "softmax"):
-        cfg = row_config(n, 16, keep_row=True, stage="smem")
+    for op in ("rmsnorm", "softmax", "layernorm"):
+        cfg = row_config(op, n, 16, stage="smem")
         rep = inspect_op(op, "bf16", n, config=cfg)
         assert rep.config == cfg and rep.frame_bytes == 0
         assert set(rep.async_copy_bytes()) == {16}
@@ -127,61 +130,46 @@ def test_shared_memory_stage_compiles_for_any_kept_row(n):
 
 def test_shared_memory_stage_is_only_for_ops_that_write_rows():
     with pytest.raises(ValueError, match="stage='smem' buys nothing"):
-        inspect_op("reduce_sum", "fp32", 262144, stream=False, config=row_config(262144, 32, keep_row=True))
+        inspect_op("reduce_sum", "fp32", 262144, stream=False, config=row_config("rmsnorm", 262144, 32))
     with pytest.raises(ValueError, match="stage='smem' buys nothing"):
-        inspect_op("cross_entropy", "fp32", 65536, config=row_config(65536, 32, keep_row=True, stage="smem"))
-
-
-@pytest.mark.parametrize("n", [1000, 1024, 4096, 131072, 262144])
-def test_cross_entropy_target_loads_before_the_fold_only_when_early(n):
-    """EARLY_TARGET: the target (64-bit) and its logit (16-bit) are loaded before the first
-    exp of the fold, not after the reduction's shuffles; neither place spills."""
-    def first(ptx, prefix):
-        return next((i for i, ln in enumerate(ptx.splitlines()) if ln.strip().startswith(prefix)), None)
-    for early in (False, True):
-        rep = inspect_op("cross_entropy", "bf16", n, early_target=early)
-        assert rep.frame_bytes == 0
-        target, fold = first(rep.ptx, "ld.global.b64"), first(rep.ptx, "ex2.approx")
-        assert target is not None and fold is not None
-        assert (target < fold) == early, f"early={early}: target load at line {target}, first exp at {fold}"
+        inspect_op("cross_entropy", "fp32", 65536, config=row_config("rmsnorm", 65536, 32, stage="smem"))
+    with pytest.raises(ValueError, match="writes rows"):
+        inspect_op("softmax", "fp32", 65536, config=row_config("cross_entropy", 65536, 32))
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("n", [1000, 1024, 8192, 65536, 262144])
 def test_cross_entropy_split_target_order(n, dtype):
-    """early_target="split" (QuACK's order): the target is the kernel's first global load,
-    before the row's 128-bit loads; its logit, the only other scalar load, comes after the
-    fold's first exponential and before the warp exchange's first butterfly shuffle; nothing
-    spills."""
-    rep = inspect_op("cross_entropy", dtype, n, early_target="split")
-    body = [ln.strip() for ln in rep.ptx.splitlines()]
-    loads = [i for i, ln in enumerate(body) if ln.startswith("ld.global")]
-    scalar = [i for i in loads if not body[i].startswith(("ld.global.v", "ld.global.nc.v"))]
-    wide = [i for i in loads if i not in scalar]
-    assert rep.frame_bytes == 0 and len(scalar) == 2
-    target, logit = scalar
-    assert target == loads[0] < wide[0], "the target is loaded first"
-    assert body[logit].startswith("ld.global.b16" if dtype == "bf16" else "ld.global.b32")
-    first_exp = next(i for i, ln in enumerate(body) if ln.startswith("ex2.approx"))
-    first_shfl = next(i for i, ln in enumerate(body) if ln.startswith("shfl.sync.bfly"))
-    assert first_exp < logit < first_shfl
+    """targets="split" (QuACK's order): the target is the kernel's first global load, before the
+    row's 128-bit loads; its logit, the only other scalar load of the row, comes after the fold's
+    first exponential and before the warp exchange's first butterfly shuffle; "late" loads both
+    after the exchange; neither spills."""
+    from dataclasses import replace
+    base = row_config("cross_entropy", n, BITS[dtype])
+    for order in ("split", "late"):
+        rep = inspect_op("cross_entropy", dtype, n, config=replace(base, targets=order))
+        body = [ln.strip() for ln in rep.ptx.splitlines()]
+        loads = [i for i, ln in enumerate(body) if ln.startswith("ld.global")]
+        target = next(i for i in loads if body[i].startswith("ld.global.b64"))
+        logit = next(i for i in loads if body[i].startswith("ld.global.b16" if dtype == "bf16" else "ld.global.b32"))
+        wide = [i for i in loads if body[i].startswith(("ld.global.v", "ld.global.nc.v"))]
+        first_exp = next(i for i, ln in enumerate(body) if ln.startswith("ex2.approx"))
+        first_shfl = next(i for i, ln in enumerate(body) if ln.startswith("shfl.sync.bfly"))
+        assert rep.frame_bytes == 0
+        if order == "split":
+            assert target == loads[0] < wide[0], "the target is loaded first"
+            assert first_exp < logit < first_shfl
+        else:
+            assert first_shfl < target < logit
 
 
 @pytest.mark.parametrize("n, bits, want", [(1024, 16, "split"), (1000, 16, "split"), (8192, 16, "split"),
-                                           (65536, 16, False), (262144, 16, "split"), (1024, 32, False),
+                                           (65536, 16, "late"), (262144, 16, "split"), (1024, 32, "late"),
                                            (8192, 32, "split"), (16384, 32, "split"), (32768, 32, "split"),
-                                           (65536, 32, "split"), (131072, 32, False), (262144, 32, False)])
+                                           (65536, 32, "split"), (131072, 32, "late"), (262144, 32, "late")])
 def test_cross_entropy_target_order_comes_from_the_table(n, bits, want):
-    """Without early_target, a row length takes the table's order (kernels.config.CE_TARGET_ORDER,
-    keyed by the STREAM_TABLE row it falls in): the kernel compiled is the one asked for with it."""
-    import torch
-    from kernels.config import CE_TARGET_ORDER, STREAM_TABLE, ce_target_order
-    from kernels.cross_entropy import compile_cross_entropy
-    assert all(b in {row[0] for row in STREAM_TABLE[w]} for w, rows in CE_TARGET_ORDER.items() for b in rows)
-    assert ce_target_order(n, bits) == want
-    dt = torch.bfloat16 if bits == 16 else torch.float32
-    assert compile_cross_entropy(dt, n) is compile_cross_entropy(dt, n, early_target=want)
-    assert compile_cross_entropy(dt, n) is not compile_cross_entropy(dt, n, early_target=not want)
+    """A row length takes the order of the cross-entropy table's row it falls in."""
+    assert row_config("cross_entropy", n, bits).targets == want
 
 
 @pytest.mark.parametrize("n", [32768, 131072, 262144])
@@ -193,7 +181,7 @@ def test_loads_ahead_issue_the_next_pass_before_the_fold(n):
 
     def lines(ptx, prefix):
         return [i for i, ln in enumerate(ptx.splitlines()) if ln.strip().startswith(prefix)]
-    base = RowConfig(256, 256, 1, 8, 4, passes=n // (256 * 8 * 4))
+    base = RowConfig(256, 256, 1, 8, 4, passes=n // (256 * 8 * 4), stage="stream")
     assert base.passes >= 4
     regs = {}
     for ahead in (0, 1):

@@ -43,56 +43,65 @@ def test_fp32_and_options_compile():
     assert b"wgmma.mma_async" in small["state"]
 
 
-def test_one_kernel_pass_compiles_for_few_sequences_and_options(monkeypatch):
-    """Few sequences: thin state tiles by default, or cut into segments (``ssd.SEGMENTS = 0``,
-    opt-in until measured); groups = heads, no optional inputs, chunk 16."""
+def test_one_kernel_pass_compiles_for_few_sequences_and_options():
+    """Few sequences: thin state tiles by default, or cut into segments (``SSDConfig.segments =
+    0``, off by default); groups = heads, no optional inputs, chunk 16."""
+    from dataclasses import replace
     from kernels.mamba2 import export_cubins, ssd
     from kernels.mamba2.ssd import scan_segments, scan_tile
-    assert scan_tile(64, 32) == 16 and scan_tile(64, 512) == 64
+    on = replace(ssd.DEFAULT, segments=0)
+    assert scan_tile(64, 32, 132) == 16 and scan_tile(64, 512, 132) == 64
     thin = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 64, "single")
     assert set(thin) == WANT["single"] and b"wgmma.mma_async" in thin["scan"]
     assert set(export_cubins((1, 300, 80, 32, 64), torch.bfloat16, 16, "single", ngroups=80, has_D=False,
                              has_init=False, has_bias=False, dt_softplus=False)) == WANT["single"]
-    assert scan_segments(32, 256) == 1  # off by default
-    monkeypatch.setattr(ssd, "SEGMENTS", 0)
+    assert scan_segments(32, 256, 132) == 1  # off by default
     # 32 sequences of 256 blocks: 16 segments (512 blocks); 64 of 1024: 8; 512 sequences: none;
     # 16 blocks: segments of at least 4 blocks
-    assert (scan_segments(32, 256), scan_segments(64, 1024), scan_segments(512, 64), scan_segments(32, 16)) == (16, 8, 1, 4)
-    segmented = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 64, "single")
+    assert tuple(scan_segments(w, nb, 132, on) for w, nb in ((32, 256), (64, 1024), (512, 64), (32, 16))) \
+        == (16, 8, 1, 4)
+    # the rules fill the SMs the device has: on a GPU of half the SMs, half the segments
+    assert scan_segments(32, 256, 66, on) == 8
+    segmented = export_cubins((4, 1024, 8, 64, 128), torch.bfloat16, 64, "single", config=on)
     assert set(segmented) == WANT["segments"]
     for name in ("segment_state", "scan"):
         assert b"wgmma.mma_async" in segmented[name] and kernel_resources(segmented[name])[0].frame_bytes == 0
     assert set(export_cubins((1, 300, 80, 32, 64), torch.bfloat16, 16, "single", ngroups=80, has_D=False,
-                             has_init=False, has_bias=False, dt_softplus=False)) == WANT["segments"]
+                             has_init=False, has_bias=False, dt_softplus=False, config=on)) == WANT["segments"]
 
 
-def test_auto_picks_the_one_kernel_pass_only_with_enough_sequences(monkeypatch):
+def test_auto_picks_the_one_kernel_pass_only_with_enough_sequences():
+    from dataclasses import replace
     from kernels.mamba2 import ssd
-    from kernels.mamba2.ssd import SINGLE_MIN_SEQUENCES, choose_impl
-    assert choose_impl(8, 64, 16) == "single"
-    assert choose_impl(4, 8, 16) == "fused"  # 32 short sequences: the scan would idle the GPU
-    assert choose_impl(4, 8, 16, 16384, 64) == "fused"  # 32 long ones: segments are off by default
-    assert choose_impl(8, 64, 32) == "fused"  # fp32
-    assert choose_impl(1, SINGLE_MIN_SEQUENCES - 1, 16) == "fused" and choose_impl(1, SINGLE_MIN_SEQUENCES, 16) == "single"
+    from kernels.mamba2.ssd import choose_impl, single_min_sequences
+    least = single_min_sequences(132)
+    assert least == 2 * 132  # two scan blocks an SM (the scan's occupancy)
+    assert choose_impl(8, 64, 16, sms=132) == "single"
+    assert choose_impl(4, 8, 16, sms=132) == "fused"  # 32 short sequences: the scan would idle the GPU
+    assert choose_impl(4, 8, 16, 16384, 64, sms=132) == "fused"  # 32 long ones: segments are off by default
+    assert choose_impl(8, 64, 32, sms=132) == "fused"  # fp32
+    assert choose_impl(1, least - 1, 16, sms=132) == "fused" and choose_impl(1, least, 16, sms=132) == "single"
+    assert choose_impl(1, least // 2, 16, sms=66) == "single"  # a GPU of fewer SMs fills with fewer
     from kernels.mamba2 import export_cubins
     assert set(export_cubins((8, 256, 64, 64, 128), torch.bfloat16, 64)) == WANT["single"]
     assert set(export_cubins((4, 256, 8, 64, 128), torch.bfloat16, 64)) == WANT["fused"]
-    monkeypatch.setattr(ssd, "SEGMENTS", 0)  # segments on: 32 long sequences become 512 segments
-    assert choose_impl(4, 8, 16, 16384, 64) == "single" and choose_impl(4, 8, 16, 256, 64) == "fused"
+    on = replace(ssd.DEFAULT, segments=0)  # segments on: 32 long sequences become 512 segments
+    assert choose_impl(4, 8, 16, 16384, 64, sms=132, cfg=on) == "single"
+    assert choose_impl(4, 8, 16, 256, 64, sms=132, cfg=on) == "fused"
 
 
-def test_state_latency_hints_reach_the_state_kernel(monkeypatch):
-    """Each ``ssd.STATE_LATENCY`` entry is four hints in 0..10, and its tile's state kernel compiles
-    with it to different machine code than without hints (the hints are arguments, not dead data);
-    (1, 64 heads) sequences take the (64, 32) tile and its entry."""
+def test_state_latency_hints_reach_the_state_kernel():
+    """Each ``SSDConfig.state_latency`` entry is four hints in 0..10, and its tile's state kernel
+    compiles with it to different machine code than without hints (the hints are arguments, not
+    dead data); (1, 64 heads) sequences take the (64, 32) tile and its entry."""
+    from dataclasses import replace
     from kernels.cubin import text_hash
     from kernels.mamba2 import export_cubins, ssd
-    assert ssd.state_tile(64, 128, 64) == (64, 32)
-    for (bits, bn), hints in ssd.STATE_LATENCY.items():
+    assert ssd.state_tile(64, 128, 64, 132) == (64, 32)
+    for (bits, bn), hints in ssd.DEFAULT.state_latency:
         assert bits == 16 and len(hints) == 4 and all(0 <= v <= 10 for v in hints), (bn, hints)
     shape = (1, 4096, 64, 64, 128)  # 64 sequences: the (64, 32) tile
     hinted = export_cubins(shape, torch.bfloat16, 64, "fused")["state"]
-    monkeypatch.setattr(ssd, "STATE_LATENCY", {})
-    plain = export_cubins(shape, torch.bfloat16, 64, "fused")["state"]
+    plain = export_cubins(shape, torch.bfloat16, 64, "fused", config=replace(ssd.DEFAULT, state_latency=()))["state"]
     assert kernel_resources(hinted)[0].frame_bytes == 0
     assert text_hash(hinted) != text_hash(plain)

@@ -147,19 +147,20 @@ def test_optional_inputs(dtype, flags, impl):
 @gpu_test
 @pytest.mark.parametrize("segments", [2, 3, 7])
 @pytest.mark.parametrize("L", [700, 1024])
-def test_one_kernel_pass_in_segments(L, segments, monkeypatch):
+def test_one_kernel_pass_in_segments(L, segments):
     """The one-kernel pass cut into segments (forced here; ``scan_segments`` picks them for few
     long sequences), with every optional input and a partial last block and segment."""
+    from dataclasses import replace
     from kernels.mamba2 import ssd as ssd_module
-    monkeypatch.setattr(ssd_module, "SEGMENTS", segments)
+    cfg = replace(ssd_module.DEFAULT, segments=segments)
     args, kw = make_inputs(2, L, H, 64, 64, 2, torch.bfloat16, seed=seed(L, segments), D=True, initial_states=True,
                            dt_bias=True, dt_softplus=True)
-    launches = ssd_module.plan(*args, 64, **kw, impl="single")[0]
+    launches = ssd_module.plan(*args, 64, **kw, impl="single", sms=ssd_module.sm_count(args[0].device), cfg=cfg)[0]
     assert [name for name, _, _ in launches] == ["prep", "segment_state", "state_passing", "scan"]
     nblocks = math.ceil(L / 64)
     seg_len = math.ceil(nblocks / segments)  # L = 700, 7 segments asked: 11 blocks in 6 segments of 2
     assert launches[-1][1][2] == math.ceil(nblocks / seg_len)  # the scan's grid: one block row per segment
-    out, state = ssd(*args, 64, **kw, return_final_states=True, impl="single")
+    out, state = ssd(*args, 64, **kw, return_final_states=True, impl="single", config=cfg)
     check(out, state, reference(args, kw), torch.bfloat16, (2, L, H, 64, 64), f"L={L} segments={segments}")
 
 

@@ -20,7 +20,7 @@ versions of the pass share their arithmetic and differ in what goes through memo
     sequence (or, cut into segments, through its segment),
     producing each block of steps' output and then its update of the state. Only out and the
     final state are written. It needs many sequences (b * h) to fill the GPU; ``impl="auto"``
-    (the default) takes it for 16-bit inputs with at least SINGLE_MIN_SEQUENCES, and the fused
+    (the default) takes it for 16-bit inputs with enough sequences (``single_min_sequences``), and the fused
     pass otherwise.
 
 What we decide, not cuTile: the tile sizes, and that they are *not* the chunk size. The
@@ -32,6 +32,7 @@ inputs are multiplied in fp32 on the CUDA cores (cuTile 1.7.0 emits FMAs for the
 The running state, dt and the cumulative sums stay fp32 throughout.
 """
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -41,47 +42,62 @@ from .tile_env import require_tile
 
 ct = None  # cuda.tile, imported on first use (the package imports without it)
 
-#: Compiler hints per kernel and input width in bits (``ct.kernel`` options such as
-#: ``occupancy``, the blocks an SM should hold); absent means cuTile's defaults. Data, so a
-#: benchmark can try others. On the H200, occupancy 4 took the bf16 pass from 1776 to 1067 us
-#: (chunk 64, book/data/mamba2_runs_ab.csv run A); by default cuTile gave these kernels 255 registers
-#: a thread (the segment-state kernel, written later, takes the same hint unmeasured). fp32 keeps
-#: the defaults: its FMA products spill either way (4-17 KB of local memory a thread) and are
-#: not tuned.
-HINTS: dict[tuple[str, int], dict] = {(k, 16): {"occupancy": 4} for k in ("prep", "bmm", "chunk_state",
-                                                                        "segment_state", "chunk_scan")}
-#: Blocks of the one-kernel pass's scan an SM holds (its occupancy hint), which SINGLE_MIN_SEQUENCES
-#: and ``scan_tile`` fill. H200, chunk 64: 453 -> 368 us against the default (benchmarks/runs/mamba2_run_d.py).
-SCAN_OCCUPANCY = 2
-HINTS["scan", 16] = {"occupancy": SCAN_OCCUPANCY}
-#: Blocks of the state kernel an SM holds (its occupancy hint for 16-bit inputs; fp32 has no hint,
-#: and ``state_tile`` assumes this many for both), which ``state_tile`` fills in one wave; a
-#: ``set_hints`` that changes the hint does not move that rule. H200, bf16, run F (benchmarks/runs/mamba2_run_f.py, book/data/mamba2_run_f.csv): against
-#: 4, occupancy 2 was faster in 10 of the 12 (shape, chunk, tile) points without a latency hint,
-#: e.g. (1, 65536, 64) chunk 128 with a (64, 32) tile 1533 -> 1377 us.
-STATE_OCCUPANCY = 2
-HINTS["state", 16] = {"occupancy": STATE_OCCUPANCY}
-_BUILT: dict[int, dict] = {}
+
+@dataclass(frozen=True)
+class SSDConfig:
+    """What the pass tunes, as data, passed in (``mamba_chunk_scan_combined(..., config=)``);
+    :data:`DEFAULT` holds the measured choices (benchmarks/TUNING.md#mamba2-occupancy and the
+    entries after it).
+
+    occupancy:      cuTile's occupancy hint (blocks an SM should hold) of each kernel for 16-bit
+                    inputs, (kernel, blocks) pairs; absent: cuTile's default. fp32 takes none
+                    (its FMA products spill either way and are not tuned).
+    state_latency:  the state kernel's latency hints for its loads of x, B and the step sizes
+                    and its stores, by (input bits, n side of the state tile)
+    pre_cs, pre_cb: the one-kernel pass leaves stage 1 (the step sizes and their sums) and
+                    C B^T to a prep launch before it
+    steps:          steps a block of the one-kernel pass takes (at most the chunk size)
+    segments:       the one-kernel pass cuts each sequence into segments when sequences are too
+                    few to fill the GPU: None, never; 0, as many as fill it; N, N
+                    (measured slower than the three-kernel pass: off, TUNING.md#mamba-2-tried-and-lost)
+    segment_min_blocks: the fewest blocks of steps a segment holds
+    """
+
+    occupancy: tuple = (("prep", 4), ("bmm", 4), ("chunk_state", 4), ("segment_state", 4), ("chunk_scan", 4),
+                        ("scan", 2), ("state", 2))
+    state_latency: tuple = (((16, 16), (2, 4, 4, 2)), ((16, 32), (6, 4, 4, 2)))
+    pre_cs: bool = True
+    pre_cb: bool = True
+    steps: int = 64
+    segments: int | None = None
+    segment_min_blocks: int = 4
+
+    def hints(self, kernel: str, bits: int) -> dict:
+        occupancy = dict(self.occupancy).get(kernel) if bits == 16 else None
+        return {} if occupancy is None else {"occupancy": occupancy}
+
+    def blocks_per_sm(self, kernel: str) -> int:
+        """The blocks an SM holds that the tile rules below fill (the 16-bit hint, or 1)."""
+        return dict(self.occupancy).get(kernel, 1)
 
 
-def _build(bits: int = 16):
+DEFAULT = SSDConfig()
+_BUILT: dict = {}
+
+
+def _build(bits: int, cfg: SSDConfig = DEFAULT):
     """Import cuda.tile and the kernels (``tiles.py``) on first use: the kernels for inputs of
-    ``bits`` bits, with their HINTS applied."""
+    ``bits`` bits, with ``cfg``'s hints applied."""
     global ct
-    if bits not in _BUILT:
+    key = (bits, cfg.occupancy)
+    if key not in _BUILT:
         require_tile()
         import cuda.tile as _ct
         from .tiles import KERNELS
         ct = _ct
-        _BUILT[bits] = {k: (v.replace_hints(**HINTS[k, bits]) if HINTS.get((k, bits)) else v)
-                        for k, v in KERNELS.items()}
-    return _BUILT[bits]
-
-
-def set_hints(name: str, bits: int = 16, **hints) -> None:
-    """Replace the compiler hints of one kernel (e.g. ``set_hints("state", occupancy=4)``)."""
-    HINTS[name, bits] = hints
-    _BUILT.pop(bits, None)
+        _BUILT[key] = {k: (v.replace_hints(**cfg.hints(k, bits)) if cfg.hints(k, bits) else v)
+                       for k, v in KERNELS.items()}
+    return _BUILT[key]
 
 
 # ---- host side ----------------------------------------------------------------------------
@@ -93,8 +109,9 @@ STATE_DIMS = (16, 32, 64, 128, 256)
 IMPLS = ("auto", "single", "fused", "staged")
 
 
-#: Streaming multiprocessors of the H100/H200 the heuristics below fill (the H200 datasheet: 132).
-SM_COUNT = 132
+def sm_count(device) -> int:
+    """Streaming multiprocessors of ``device``, whose count the tile rules below fill."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _tile_block(l: int) -> int:
@@ -111,101 +128,65 @@ def head_block(h: int, l: int) -> int:
     return hb
 
 
-def state_tile(p: int, n: int, work: int) -> tuple[int, int]:
+def state_tile(p: int, n: int, work: int, sms: int, cfg: SSDConfig = DEFAULT) -> tuple[int, int]:
     """The (p, n) tile of the state one block of the state kernels carries. Smaller tiles give
     more blocks (each carries its tile through every chunk in turn), bigger ones reread x and
     B fewer times. ``work`` is b * h, the number of independent sequences. The p side stays 64
     (the M of Hopper's wgmma; below it cuTile falls back to slower products); the n side is
-    halved, down to 16, while twice the blocks still fit in one wave (STATE_OCCUPANCY blocks
-    an SM): a block beyond the wave would wait for a whole walk through the sequence. H200
-    run F: (4, 16384, 8) takes (64, 16) and (1, 65536, 64) takes (64, 32), the fastest tiles
-    measured there (book/data/mamba2_run_f.csv)."""
+    halved, down to 16, while twice the blocks still fit in one wave (the state kernel's blocks
+    an SM, on ``sms`` SMs): a block beyond the wave would wait for a whole walk through the
+    sequence (TUNING.md#mamba2-state-tile)."""
     bp, bn = min(p, 64), min(n, 64)
-    while bn > 16 and 2 * work * (p // bp) * (n // bn) <= STATE_OCCUPANCY * SM_COUNT:
+    while bn > 16 and 2 * work * (p // bp) * (n // bn) <= cfg.blocks_per_sm("state") * sms:
         bn //= 2
     return bp, bn
 
 
-#: cuTile's latency hints of the state kernel, by (input bits, n side of the state tile): for its
-#: loads of x, of B and of the step sizes, and for its stores of the states (1 low to 10 high DRAM
-#: traffic; 0 or absent: none, the compiler infers it). TileGym's state kernel tunes the same kind
-#: of hints. H200, bf16, runs I and J (benchmarks/runs/mamba2_run_i.py and _j.py, book/data/
-#: mamba2_run_i.csv and _j.csv; the three-kernel pass, 25 hint sets a shape and chunk, then 102
-#: distinct machine codes around the best): (4, 16384, 8), tile (64, 16): (2, 4, 4, 2) 219.8 ->
-#: 213.3 us at chunk 128 and 264.2 -> 253.2 at chunk 64 against the hint before, (2, 2, 0, 0);
-#: (1, 65536, 64), tile (64, 32): (6, 4, 4, 2) 1410.9 -> 1281.2-1283.5 us at chunk 64 (its state
-#: kernel 761 -> 637 us) and 1378.8 -> 1389.6 at chunk 128 against no hint. The landscape is
-#: rugged (neighbouring hints cost up to 1850 us), so these are measured points, not a trend.
-#: The suite then re-measured (4, 16384, 8) with (2, 4, 4, 2): 213.2 us at chunk 128 (commit 7b8dff1).
-STATE_LATENCY = {(16, 16): (2, 4, 4, 2), (16, 32): (6, 4, 4, 2)}
+def single_min_sequences(sms: int, cfg: SSDConfig = DEFAULT) -> int:
+    """The sequences (b * h) the one-kernel pass needs to fill the GPU: each block walks one
+    through all its steps, and below this it loses to the three-kernel pass, whose state kernel
+    is the only sequential part (TUNING.md#mamba2-one-kernel-pass). fp32 takes the three-kernel
+    pass."""
+    return cfg.blocks_per_sm("scan") * sms
 
 
-#: Which stages the one-kernel pass leaves to a small prep launch before it (data, so a benchmark
-#: can try both): ``pre_cs``, the step sizes and their cumulative sums; ``pre_cb``, C B^T.
-#: ``steps``, the steps a block of the loop takes (at most the chunk size). On the H200 (bf16,
-#: (8, 4096, 64, 64, 128, 1), chunk 64, default hints): everything in the loop 778 us; stage 1 in
-#: the prep launch 548 us; C B^T there too 453 us (its scan kernel at 168 registers, 384 threads);
-#: 128 steps a block 688 us (spills).
-SCAN = dict(pre_cs=True, pre_cb=True, steps=64)
-#: The one-kernel pass needs sequences (b * h) to fill the GPU: each block walks one through all
-#: its steps. Below this many it loses to the three-kernel pass, whose state kernel is the only
-#: sequential part (H200, bf16: 32 sequences of 16k steps 491 against 261 us; 64 of 64k, 3707
-#: against 1480 us; 512 of 4096, 368 against 805 us). fp32 takes the three-kernel pass (its
-#: FMA products spill in both; 133 against 101 ms).
-SINGLE_MIN_SEQUENCES = SCAN_OCCUPANCY * SM_COUNT
-
-
-def choose_impl(b: int, h: int, bits: int, L: int = 1, chunk_size: int = 64) -> str:
+def choose_impl(b: int, h: int, bits: int, L: int = 1, chunk_size: int = 64, *, sms: int,
+                cfg: SSDConfig = DEFAULT) -> str:
     """The pass ``impl="auto"`` runs: "single" for 16-bit inputs whose sequences, cut into
     segments where they are long enough (``single_segments``), number at least
-    SINGLE_MIN_SEQUENCES; else "fused"."""
-    segs = single_segments(b, h, L, chunk_size)
-    return "single" if bits == 16 and b * h * segs >= SINGLE_MIN_SEQUENCES else "fused"
+    ``single_min_sequences``; else "fused"."""
+    segs = single_segments(b, h, L, chunk_size, sms, cfg)
+    return "single" if bits == 16 and b * h * segs >= single_min_sequences(sms, cfg) else "fused"
 
 
-#: The one-kernel pass may cut each sequence into segments when sequences are too few to fill
-#: the GPU: a segment is at least SEGMENT_MIN_BLOCKS blocks of steps, and segments double until
-#: sequences x segments reach SINGLE_MIN_SEQUENCES. A launch computes each segment's own
-#: contribution to the state (``segment_state_kernel``), the state-passing kernel chains them,
-#: and every segment then runs the scan at once from the state entering it. None (the default)
-#: means no segments (the pass then splits p instead, ``scan_tile``); 0 chooses them
-#: (``scan_segments``); an int forces that many. Off: on the H200 both versions lost to the
-#: three-kernel pass (benchmarks/runs): run E's took 1774 us on (1, 65536, 64), its segment-state
-#: kernel 986 of them; this one, which accumulates each segment as one GEMM (walked from the end),
-#: took 273.1 and 1642.9 us on (4, 16384, 8) and (1, 65536, 64) in run G, against 219.7 and
-#: 1376.7 for the three-kernel pass (run F).
-SEGMENT_MIN_BLOCKS = 4
-SEGMENTS: int | None = None
-
-
-def scan_segments(work: int, nblocks: int) -> int:
+def scan_segments(work: int, nblocks: int, sms: int, cfg: SSDConfig = DEFAULT) -> int:
     """Segments each of ``work`` sequences of ``nblocks`` blocks of steps is cut into (see
-    SEGMENTS): as many as equal segments of ceil(nblocks / asked) blocks make (7 asked of 11
-    blocks: 6 segments of 2)."""
-    if SEGMENTS is None:
+    ``SSDConfig.segments``): as many as equal segments of ceil(nblocks / asked) blocks make (7
+    asked of 11 blocks: 6 segments of 2)."""
+    if cfg.segments is None:
         return 1
-    s = max(1, min(SEGMENTS, nblocks))
-    if not SEGMENTS:
+    s = max(1, min(cfg.segments, nblocks))
+    if not cfg.segments:
         s = 1
-        while work * s < SINGLE_MIN_SEQUENCES and nblocks // (2 * s) >= SEGMENT_MIN_BLOCKS:
+        while work * s < single_min_sequences(sms, cfg) and nblocks // (2 * s) >= cfg.segment_min_blocks:
             s *= 2
     return math.ceil(nblocks / math.ceil(nblocks / s))
 
 
-def single_segments(b: int, h: int, L: int, chunk_size: int) -> int:
+def single_segments(b: int, h: int, L: int, chunk_size: int, sms: int, cfg: SSDConfig = DEFAULT) -> int:
     """Segments the one-kernel pass cuts each sequence into for these inputs (1: none). They
-    read the prep launch's step sizes, so none without ``SCAN["pre_cs"]``."""
-    nblocks = math.ceil(L / min(chunk_size, SCAN["steps"]))
-    return scan_segments(b * h, nblocks) if SCAN["pre_cs"] else 1
+    read the prep launch's step sizes, so none without ``pre_cs``."""
+    nblocks = math.ceil(L / min(chunk_size, cfg.steps))
+    return scan_segments(b * h, nblocks, sms, cfg) if cfg.pre_cs else 1
 
 
-def scan_tile(p: int, work: int) -> int:
+def scan_tile(p: int, work: int, sms: int, cfg: SSDConfig = DEFAULT) -> int:
     """Columns of the state (along p) one block of the one-kernel pass carries: all of p up to
     64, halved down to 16 while ``work`` (sequences, or segments of them) times the tiles a
-    sequence splits into would leave an SM fewer than SCAN_OCCUPANCY blocks. Each block walks its
-    sequence in turn, so few long sequences need the split to fill the GPU."""
+    sequence splits into would leave an SM fewer blocks than the scan's occupancy. Each block
+    walks its sequence in turn, so few long sequences need the split to fill the GPU."""
     bp = min(p, 64)
-    while work * (p // bp) < SCAN_OCCUPANCY * SM_COUNT and bp > 16:
+    while work * (p // bp) < cfg.blocks_per_sm("scan") * sms and bp > 16:
         bp //= 2
     return bp
 
@@ -235,24 +216,25 @@ def check_inputs(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bia
     for name, t in tensors.items():
         if t is None:
             continue
-        validate.check_cuda(t, name)
-        validate.check_same_device(x, t, name)
+        validate.on_cuda(t, name)
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
     return b, L, h, p, g, n
 
 
 def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, dt_softplus=False,
-         impl="auto"):
-    """The launches of one forward pass, as data: ``(launches, out, final)`` where each launch
-    is ``(kernel name, grid, args)``. Tensors are allocated on x's device, so the same plan
-    runs on a GPU or, with tensors on the ``meta`` device, compiles without one
-    (:func:`export_cubins`)."""
+         impl="auto", *, sms: int, cfg: SSDConfig = DEFAULT):
+    """The launches of one forward pass on a GPU of ``sms`` SMs, as data: ``(launches, out,
+    final)`` where each launch is ``(kernel name, grid, args)``. Tensors are allocated on x's
+    device, so the same plan runs on a GPU or, with tensors on the ``meta`` device, compiles
+    without one (:func:`export_cubins`)."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     b, L, h, p = x.shape
     if impl == "auto":
-        impl = choose_impl(b, h, torch.finfo(x.dtype).bits, L, chunk_size)
+        impl = choose_impl(b, h, torch.finfo(x.dtype).bits, L, chunk_size, sms=sms, cfg=cfg)
     g, n = B.shape[2], B.shape[3]
     Q, BM = chunk_size, _tile_block(chunk_size)
     nc = math.ceil(L / Q)
@@ -266,13 +248,13 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     D_ = D if D is not None else torch.empty(1, **f32)
     init_ = initial_states if initial_states is not None else torch.empty(1, 1, 1, 1, **f32)
     has_bias, has_init, has_D = dt_bias is not None, initial_states is not None, D is not None
-    if impl == "single":  # blocks of T = min(l, 64) steps (SCAN); nothing between the stages goes to memory
-        T = min(Q, SCAN["steps"])
+    if impl == "single":  # blocks of T = min(l, 64) steps; nothing between the stages goes to memory
+        T = min(Q, cfg.steps)
         nt = math.ceil(L / T)
-        pre_cs, pre_cb = SCAN["pre_cs"], SCAN["pre_cb"]
-        segs = single_segments(b, h, L, Q)
+        pre_cs, pre_cb = cfg.pre_cs, cfg.pre_cb
+        segs = single_segments(b, h, L, Q, sms, cfg)
         seg_len = math.ceil(nt / segs)
-        bp = scan_tile(p, b * h * segs)
+        bp = scan_tile(p, b * h * segs, sms, cfg)
         dts = torch.empty(b, h, nt, T, **f32) if pre_cs else torch.empty(1, 1, 1, 1, **f32)
         cums = torch.empty_like(dts)
         cb = torch.empty(b, nt, g, T, T, device=dev, dtype=x.dtype) if pre_cb else torch.empty(1, 1, 1, 1, 1, **f32)
@@ -284,7 +266,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
                               has_bias, bool(dt_softplus))))
         scan_init, scan_has_init = init_, has_init
         if segs > 1:  # each segment's contribution, then the states entering the segments (fp32)
-            sp, sn = state_tile(p, n, b * h * segs)
+            sp, sn = state_tile(p, n, b * h * segs, sms, cfg)
             seg_states = torch.empty(b, segs, h, p, n, **f32)
             seg_decay = torch.empty(b, h, segs, 1, **f32)
             entering = torch.empty(b, segs, h, p, n, **f32)
@@ -304,7 +286,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
     cums = torch.empty(b, h, nc, Q, **f32)
     entering = torch.empty(b, nc, h, p, n, device=dev, dtype=x.dtype)
     cb = torch.empty(b, nc, g, Q, Q, device=dev, dtype=x.dtype)
-    bp, bn = state_tile(p, n, b * h)
+    bp, bn = state_tile(p, n, b * h, sms, cfg)
     hb = head_block(h, Q)
     if impl == "fused":
         r2 = (Q // BM) ** 2
@@ -312,7 +294,7 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
             ("prep", (b * nc, h // hb + g * r2, 1),
              (dt, bias_, A, dts, cums, C, B, cb, L, nc, h // hb, g, Q, hb, BM, n, has_bias, bool(dt_softplus))),
             ("state", (b * h, p // bp, n // bn), (x, B, init_, dts, cums, entering, final, nc, h, r, Q, bp, bn, has_init,
-                                                  *STATE_LATENCY.get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0)))),
+                                                  *dict(cfg.state_latency).get((torch.finfo(x.dtype).bits, bn), (0, 0, 0, 0)))),
         ]
     else:
         states = torch.empty(b, nc, h, p, n, **f32)
@@ -328,20 +310,24 @@ def plan(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None, 
 
 
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, initial_states=None, dt_bias=None,
-                              dt_softplus=False, return_final_states=False, *, impl="auto"):
+                              dt_softplus=False, return_final_states=False, *, impl="auto",
+                              config: SSDConfig | None = None):
     """The SSD forward with the contract of mamba_ssm's function of the same name.
 
     x (b, L, h, p), dt (b, L, h), A (h), B and C (b, L, g, n), D (h), initial_states (b, h, p, n),
     dt_bias (h). Returns out (b, L, h, p) in x's dtype and, with ``return_final_states``, the
     final states (b, h, p, n) in fp32. ``impl``: "single" (a small prep launch, then one
     kernel loops over the sequence), "fused" (three kernels), "staged" (five, one per stage) or
-    "auto" (:func:`choose_impl`). L need not be a multiple of chunk_size.
+    "auto" (:func:`choose_impl`). L need not be a multiple of chunk_size. ``config``: the
+    tuned settings (default :data:`DEFAULT`).
     """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     check_inputs(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias)
-    K = _build(torch.finfo(x.dtype).bits)
-    launches, out, final = plan(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias, dt_softplus, impl)
+    cfg = config or DEFAULT
+    K = _build(torch.finfo(x.dtype).bits, cfg)
+    launches, out, final = plan(x, dt, A, B, C, chunk_size, D, initial_states, dt_bias, dt_softplus, impl,
+                                sms=sm_count(x.device), cfg=cfg)
     stream = torch.cuda.current_stream(x.device)
     for name, grid, args in launches:
         ct.launch(stream, grid, K[name], args)
@@ -373,12 +359,15 @@ def _signature(kernel, args):
 
 
 def export_cubins(shape, dtype=torch.bfloat16, chunk_size=64, impl="auto", *, ngroups=1, gpu_code="sm_90",
-                  has_D=True, has_init=True, has_bias=True, dt_softplus=True) -> dict[str, bytes]:
-    """Compile every kernel of one forward pass for ``gpu_code`` without a GPU; returns
-    ``{kernel name: cubin}``. ``shape`` is (b, L, h, p, n)."""
+                  has_D=True, has_init=True, has_bias=True, dt_softplus=True, sms: int = 132,
+                  config: SSDConfig | None = None) -> dict[str, bytes]:
+    """Compile every kernel of one forward pass for ``gpu_code`` without a GPU, as on a GPU of
+    ``sms`` SMs (the H100's and H200's 132); returns ``{kernel name: cubin}``. ``shape`` is
+    (b, L, h, p, n)."""
     import io
     from cuda.tile.compilation import export_kernel
-    K = _build(torch.finfo(dtype).bits)
+    cfg = config or DEFAULT
+    K = _build(torch.finfo(dtype).bits, cfg)
     b, L, h, p, n = shape
     meta = dict(device="meta")
     x = torch.empty(b, L, h, p, dtype=dtype, **meta)
@@ -387,7 +376,7 @@ def export_cubins(shape, dtype=torch.bfloat16, chunk_size=64, impl="auto", *, ng
     launches, _, _ = plan(
         x, torch.empty(b, L, h, **f), torch.empty(h, **f), B, torch.empty_like(B), chunk_size,
         torch.empty(h, **f) if has_D else None, torch.empty(b, h, p, n, **f) if has_init else None,
-        torch.empty(h, **f) if has_bias else None, dt_softplus, impl)
+        torch.empty(h, **f) if has_bias else None, dt_softplus, impl, sms=sms, cfg=cfg)
     cubins = {}
     for name, _, args in launches:
         buf = io.BytesIO()

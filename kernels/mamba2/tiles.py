@@ -271,8 +271,7 @@ def chunk_scan_kernel(x, C, cb, dts, cums, entering, D, out, nchunks, nheads: C_
     # from inside the chunk: sum over key tiles kt <= mt of (CB o decay o dt) x
     rows = mt * BM + ct.arange(BM, dtype=ct.int32)
     # and D x, in fp32, from the x tile of the diagonal (kt = mt, the loop's last), which is
-    # therefore not loaded again (a D of 0 for the other tiles). H200, run S: the chunk scan 616.6
-    # -> 580.8 us on (1, 65536, 64) at chunk 64 against loading it again after the loop.
+    # therefore not loaded again (a D of 0 for the other tiles; TUNING.md#mamba2-chunk-scan-d).
     for kt in range(mt + 1):
         cs_k = ct.load(cums, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))
         d_k = ct.load(dts, (bi, hi, c, kt), shape=(1, 1, 1, BM)).reshape((BM,))

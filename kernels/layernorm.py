@@ -1,0 +1,70 @@
+"""LayerNorm forward: y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps), row by row.
+
+Bytes that must move: read x, write y (2 * M * N elements), read weight and bias once (they stay
+in L2). The template keeps the row on chip; the op reduces it twice: its sum (the mean), then
+the sum of squares about that mean (the variance, exact even when the mean is far from zero,
+where the sum of squares less the squared sum would cancel).
+"""
+from __future__ import annotations
+
+import torch
+
+import cutlass.cute as cute
+from cutlass import Float32
+
+from . import validate
+from .reduce import SUM
+from .rowkernel import RowOp
+
+
+class LayerNorm(RowOp):
+    table = "layernorm"
+    cols = ("weight", "bias")
+    out = ("y",)
+    row_out = ("mean", "rstd")
+    scalars = {"eps": Float32}
+    reductions = (SUM, SUM)  # sum(x), then sum((x - mean)^2)
+    default_present = ("weight", "bias")
+
+    def fold_input(self, v, i, results):
+        return v.x if i == 0 else (v.x - results[0][0] / self.n) * (v.x - results[0][0] / self.n)
+
+    def stats(self, results, s):
+        return results[0][0] / self.n, cute.math.rsqrt(results[1][0] / self.n + s.eps, fastmath=True)
+
+    def epilogue(self, v, results, s):
+        mean, rstd = self.stats(results, s)
+        y = (v.x - mean) * rstd
+        y = y * v.weight if v.weight is not None else y
+        return {"y": y + v.bias if v.bias is not None else y}
+
+    def row_values(self, io, b, results, pre):
+        mean, rstd = self.stats(results, io.s)
+        return {"mean": mean, "rstd": rstd}
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+              eps: float = 1e-5, *, return_stats: bool = False, config=None):
+    """LayerNorm over the last dim of x (fp32, bf16 or fp16; any leading shape), as
+    ``torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)``. With ``return_stats``,
+    also each row's mean and rstd (fp32, x.shape[:-1])."""
+    rows = validate.rows(x, cuda=False)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            validate.column(t, x, name)
+    validate.on_cuda(x)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    mean = rstd = None
+    if return_stats:
+        mean, rstd = (torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) for _ in range(2))
+    if rows.shape[0]:
+        LayerNorm.launch(rows, config, rows=(rows,), out=(out.view(rows.shape),), cols=(weight, bias),
+                         row_out=(mean if mean is None else mean.view(-1), rstd if rstd is None else rstd.view(-1)),
+                         scalars=(float(eps),))
+    return (out, mean, rstd) if return_stats else out
+
+
+def layernorm_reference(x, weight=None, bias=None, eps=1e-5):
+    w = None if weight is None else weight.double()
+    b = None if bias is None else bias.double()
+    return torch.nn.functional.layer_norm(x.double(), x.shape[-1:], w, b, eps)

@@ -70,6 +70,8 @@ OUR_IMPLS = {"ours": "auto", "ours_fused": "fused", "ours_staged": "staged", "ou
 FP32_IMPLS = ("ours", "ours_fused", "ours_staged", "triton")  # fp32 runs on the first shape only
 COLUMNS = ["b", "L", "h", "p", "n", "g", "dtype", "chunk", "features", "impl", "us", "gb_per_s", "tflops",
            "rel_err", "rel_err_state", "first_call_s", "reps", "kernels", "notes", "error"]
+#: The SSD pass's settings the suite runs (``--segments`` changes them); None: the library's.
+CONFIG = None
 REF_CHUNK = 64  # the float64 reference's chunk: any gives the same numbers, 64 needs the least memory
 
 
@@ -144,7 +146,8 @@ def make_call(impl, args, kw, chunk):
         from kernels.mamba2 import mamba_chunk_scan_combined
 
         mode = OUR_IMPLS[impl]
-        return lambda: mamba_chunk_scan_combined(x, dt, A, B, C, chunk, **kw, return_final_states=True, impl=mode)
+        return lambda: mamba_chunk_scan_combined(x, dt, A, B, C, chunk, **kw, return_final_states=True, impl=mode,
+                                                 config=CONFIG)
     if impl == "triton":
         f = peers.mamba_ssm_triton()
         return lambda: f(x, dt, A, B, C, chunk, D=kw["D"], dt_bias=kw["dt_bias"], initial_states=kw["initial_states"],
@@ -226,7 +229,7 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None, done=No
     ``done(rows)``, if given, is called with the rows so far after each one (the suite writes
     its files then, so a run cut short by a time limit keeps every row it measured)."""
     from kernels.mamba2 import ssd_bytes_and_flops
-    from kernels.mamba2.ssd import choose_impl, single_segments
+    from kernels.mamba2.ssd import DEFAULT, choose_impl, single_segments, sm_count
 
     b, L, h, p, n, g = SHAPES[i]
     dtype = DTYPES[dname]
@@ -254,10 +257,13 @@ def measure_shape(i, dname, impls, log=print, chunks=CHUNKS, tuned=None, done=No
                     if impl == "tilegym":
                         row["notes"] = tilegym_tuning(i, chunk, tuned)
                     elif impl == "ours":
-                        row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits, L, chunk)
-                        segs = single_segments(b, h, L, chunk)
-                        if row["notes"] == "impl=single" and segs > 1:
-                            row["notes"] += f" segments={segs}"
+                        if torch.cuda.is_available():  # which pass "auto" took, on this GPU's SMs
+                            sms = sm_count(torch.device("cuda"))
+                            row["notes"] = "impl=" + choose_impl(b, h, torch.finfo(dtype).bits, L, chunk, sms=sms,
+                                                                 cfg=CONFIG or DEFAULT)
+                            segs = single_segments(b, h, L, chunk, sms, CONFIG or DEFAULT)
+                            if row["notes"] == "impl=single" and segs > 1:
+                                row["notes"] += f" segments={segs}"
                     try:
                         row.update(measure(impl, a, k, chunk, ref, reps_for(cost.bytes)))
                         row["gb_per_s"] = round(cost.bytes / (row["us"] * 1e-6) / 1e9, 1)
@@ -319,12 +325,14 @@ def main(argv=None):
     ap.add_argument("--append", action="store_true", help="keep the rows already in the CSV that this run does not re-measure")
     ap.add_argument("--out", default=None, help="folder for mamba2.csv/.json (default book/data)")
     ap.add_argument("--segments", type=int, default=None,
-                    help="kernels.mamba2.ssd.SEGMENTS for the one-kernel pass (0: chosen by scan_segments, "
+                    help="SSDConfig.segments for the one-kernel pass (0: chosen by scan_segments, "
                          "N: forced; default: off, as in the library)")
     a = ap.parse_args(argv)
     if a.segments is not None:
-        from kernels.mamba2 import ssd
-        ssd.SEGMENTS = a.segments
+        global CONFIG
+        from dataclasses import replace
+        from kernels.mamba2.ssd import DEFAULT as _DEFAULT
+        CONFIG = replace(_DEFAULT, segments=a.segments)
     shape_ids = [0] if a.quick else ([int(s) for s in a.shapes.split(",")] if a.shapes else range(len(SHAPES)))
     impls = [m for m in a.impls.split(",") if m]
     chunks = [int(c) for c in a.chunks.split(",")]

@@ -210,9 +210,9 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         raise ValueError(f"logits must be 2-D (M, N), got shape {tuple(logits.shape)}")
     m = rows.shape[0]
     validate.per_row(target, m, logits.device, "target", (torch.int64, torch.int32))
-    validate.on_cuda(logits, "logits")
     if not -(2**31) <= ignore_index < 2**31:
         raise ValueError("ignore_index must fit in int32")
+    validate.on_cuda(logits, "logits")
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
     device = logits.device
     loss = torch.empty(m, dtype=torch.float32, device=device) if reduction == "none" else None

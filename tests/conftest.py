@@ -22,3 +22,21 @@ def gpu():
     import torch
 
     return torch.device("cuda")
+
+
+@pytest.fixture(autouse=True)
+def no_bad_input_left_unreported():
+    """A kernel's report of bad input (kernels.errors) must be consumed by the test that caused
+    it: one left raised after a test is a failure (and is cleared, so the next test starts clean)."""
+    yield
+    if not HAS_GPU:
+        return
+    from kernels.errors import FLAGS, BadInputError
+    if FLAGS.host is None:
+        return
+    import torch
+    torch.cuda.synchronize()
+    try:
+        FLAGS.raise_if_set()
+    except BadInputError as e:
+        pytest.fail(f"a kernel reported bad input that the test did not expect: {e}")

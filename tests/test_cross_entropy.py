@@ -3,6 +3,7 @@ reductions, ignore_index, extreme logits, and out-of-range targets."""
 import pytest
 import torch
 
+from kernels import BadInputError, check_errors
 from kernels.cross_entropy import cross_entropy, cross_entropy_reference
 
 from _grid import DTYPES, NS, ms_for
@@ -24,22 +25,26 @@ def test_cross_entropy(n, dtype):
         _close(cross_entropy(x, t, reduction="none"), cross_entropy_reference(x, t, reduction="none"))
 
 
-@pytest.mark.parametrize("early", [False, True, "split"])
+@pytest.mark.parametrize("order", ["late", "split"])
 @pytest.mark.parametrize("n", [1, 1000, 1024, 4097, 65536, 262144])
-def test_target_loaded_early_or_late(n, early):
-    """Every place the target and its logit may be loaded (``early_target``: after the
-    reduction, with the row's first loads, or split around the row), with ignored rows, and an
-    out-of-range target still flagged."""
+def test_target_loaded_late_or_split(n, order):
+    """Both places the target and its logit may be loaded (``RowConfig.targets``: after the
+    reduction, or split around the row), with ignored rows, and an out-of-range target still
+    reported."""
+    from dataclasses import replace
+    from kernels.config import row_config
+    cfg = replace(row_config("cross_entropy", n, 16), targets=order)
     m = 37
     x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
     t = torch.randint(0, n, (m,), device="cuda")
     t[::5] = -100
-    out = cross_entropy(x, t, reduction="none", early_target=early)
+    out = cross_entropy(x, t, reduction="none", config=cfg)
     _close(out, cross_entropy_reference(x, t, reduction="none"))
     assert (out[::5] == 0).all()
     t[3] = n
-    with pytest.raises(ValueError, match="ignore_index"):
-        cross_entropy(x, t, early_target=early)
+    assert torch.isnan(cross_entropy(x, t, config=cfg))
+    with pytest.raises(BadInputError, match=r"outside \[0, N\)"):
+        check_errors()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -51,9 +56,9 @@ def test_loads_ahead(n, cluster, dtype):
     from dataclasses import replace
     from kernels.config import row_config
     bits = torch.finfo(dtype).bits
-    base = row_config(n, bits, keep_row=False)
+    base = row_config("cross_entropy", n, bits)
     for vecs in (1, 2):
-        cfg = replace(base, cluster_n=cluster, vecs_per_thread=vecs, ahead=1,
+        cfg = replace(base, cluster_n=cluster, vecs_per_thread=vecs, ahead=True,
                       passes=-(-n // (base.vec * base.threads_per_row * cluster * vecs)))
         if cluster * cfg.passes > 1 and n <= cfg.cols_per_pass:  # the second block would have no columns
             with pytest.raises(ValueError, match="leaving the other"):
@@ -68,15 +73,39 @@ def test_loads_ahead(n, cluster, dtype):
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("target_dtype", [torch.int64, torch.int32])
-def test_reductions_and_ignore_index(reduction, target_dtype):
-    x = torch.randn(301, 32768, device="cuda").to(torch.bfloat16)
-    t = torch.randint(0, 32768, (301,), device="cuda")
+@pytest.mark.parametrize("m,n", [(301, 32768), (100003, 64), (4099, 1000), (3, 262144)])
+def test_reductions_and_ignore_index(reduction, target_dtype, m, n):
+    """The mean and the sum, finished in the kernel's launch by its last block, against float64:
+    one row to many thousand blocks, clusters, ignored rows."""
+    x = torch.randn(m, n, device="cuda").to(torch.bfloat16)
+    t = torch.randint(0, n, (m,), device="cuda")
     t[::7] = -100
     out = cross_entropy(x, t.to(target_dtype), reduction=reduction)
     ref = cross_entropy_reference(x, t, reduction=reduction)
-    _close(out, ref)
     if reduction == "none":
+        _close(out, ref)
         assert (out[::7] == 0).all()
+    else:
+        assert out.shape == () and out.dtype == torch.float32
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_reduced_loss_is_the_same_bit_for_bit(reduction):
+    """Whichever block finishes last, it adds the blocks' partials in the same order."""
+    x = torch.randn(65537, 512, device="cuda")
+    t = torch.randint(0, 512, (65537,), device="cuda")
+    first = cross_entropy(x, t, reduction=reduction)
+    for _ in range(20):
+        assert torch.equal(cross_entropy(x, t, reduction=reduction), first)
+
+
+def test_return_lse():
+    x = torch.randn(129, 5000, device="cuda").to(torch.bfloat16)
+    t = torch.randint(0, 5000, (129,), device="cuda")
+    loss, lse = cross_entropy(x, t, reduction="none", return_lse=True)
+    torch.testing.assert_close(lse.double(), torch.logsumexp(x.double(), -1), rtol=1e-5, atol=1e-5)
+    _close(loss, cross_entropy_reference(x, t, reduction="none"))
 
 
 def test_all_rows_ignored_mean_is_nan_like_torch():
@@ -85,6 +114,13 @@ def test_all_rows_ignored_mean_is_nan_like_torch():
     t[:] = -100
     assert torch.isnan(cross_entropy(x, t)).item()
     assert cross_entropy(x, t, reduction="sum").item() == 0.0
+
+
+def test_no_rows():
+    x = torch.randn(0, 1000, device="cuda")
+    t = torch.zeros(0, dtype=torch.long, device="cuda")
+    assert torch.isnan(cross_entropy(x, t)) and cross_entropy(x, t, reduction="sum").item() == 0.0
+    assert cross_entropy(x, t, reduction="none").shape == (0,)
 
 
 @pytest.mark.parametrize("n", [1000, 131072, 262144])
@@ -107,44 +143,42 @@ def test_logits_far_from_zero(n):
     _close(cross_entropy(x, t, reduction="none"), cross_entropy_reference(x, t, reduction="none"))
 
 
-def test_out_of_range_target_raises():
+@pytest.mark.parametrize("bad", [1000, -5, (1 << 32) + 3])
+def test_out_of_range_target_is_reported_without_a_sync(bad):
+    """A bad target makes its row's loss NaN (the others stay right) and is reported by the next
+    call after the kernel finished, or at once by check_errors(); a 64-bit target past the int32
+    range never aliases a valid class. The report clears the flag."""
     x = torch.randn(16, 1000, device="cuda")
     t = torch.randint(0, 1000, (16,), device="cuda")
-    t[3] = 1000
-    with pytest.raises(ValueError, match=r"\[0, 1000\)"):
-        cross_entropy(x, t)
-    t[3] = -5
-    with pytest.raises(ValueError, match="ignore_index"):
-        cross_entropy(x, t)
-    t[3] = (1 << 32) + 3  # must not wrap around to the valid class 3
-    with pytest.raises(ValueError, match="ignore_index"):
-        cross_entropy(x, t)
-    t[3] = -5
-    loss = cross_entropy(x, t, reduction="none", check_target=False)
-    assert torch.isnan(loss[3]) and torch.isfinite(loss[torch.arange(16, device="cuda") != 3]).all()
+    t[3] = bad
+    loss = cross_entropy(x, t, reduction="none")
+    keep = torch.arange(16, device="cuda") != 3
+    assert torch.isnan(loss[3]) and torch.isfinite(loss[keep]).all()
+    torch.cuda.synchronize()
+    good = t.clone()
+    good[3] = 0
+    with pytest.raises(BadInputError, match="cross_entropy"):
+        cross_entropy(x, good)  # the next call reports it
+    _close(cross_entropy(x, good, reduction="none"), cross_entropy_reference(x, good, reduction="none"))
+    check_errors()  # cleared
+    assert torch.isnan(cross_entropy(x, t))
+    with pytest.raises(BadInputError):
+        check_errors()
+    check_errors()
 
 
-def test_error_flag_clear_after_a_bad_call():
-    """The bad-target flag persists between calls (no memset a call): a call that raised, or an
-    unchecked call with a bad target, must not make the next good checked call raise."""
+def test_bad_target_on_another_stream_is_reported():
     x = torch.randn(16, 1000, device="cuda")
-    good = torch.randint(0, 1000, (16,), device="cuda")
-    bad = good.clone()
+    bad = torch.randint(0, 1000, (16,), device="cuda")
     bad[5] = 1000
-    with pytest.raises(ValueError):
-        cross_entropy(x, bad)
-    _close(cross_entropy(x, good, reduction="none"), cross_entropy_reference(x, good, reduction="none"))
-    assert torch.isnan(cross_entropy(x, bad, reduction="none", check_target=False)[5])
-    _close(cross_entropy(x, good, reduction="none"), cross_entropy_reference(x, good, reduction="none"))
-    with pytest.raises(ValueError):  # and a raised flag is seen again after the clean calls
-        cross_entropy(x, bad)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # another stream has its own flag
+    with torch.cuda.stream(side):
+        good = torch.randint(0, 1000, (16,), device="cuda")
         _close(cross_entropy(x, good, reduction="none"), cross_entropy_reference(x, good, reduction="none"))
-        with pytest.raises(ValueError):
-            cross_entropy(x, bad)
-    torch.cuda.synchronize()
+        cross_entropy(x, bad)
+    with pytest.raises(BadInputError):
+        check_errors()
 
 
 def test_target_on_cpu():

@@ -23,7 +23,7 @@ def test_rmsnorm(n, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n,stage", STAGES)
 def test_each_stage(n, stage, dtype):
-    cfg = row_config(n, torch.finfo(dtype).bits, keep_row=True, stage=stage)
+    cfg = row_config("rmsnorm", n, torch.finfo(dtype).bits, stage=stage)
     w = torch.randn(n, device="cuda").to(dtype)
     for m in ms_for(n):
         x = torch.randn(m, n, device="cuda").to(dtype)
@@ -41,6 +41,20 @@ def test_extreme_values():
     x = torch.randn(9, 8192, device="cuda") * 1e4
     x[2] = 0.0  # a zero row: y = 0 * rsqrt(eps), finite
     assert_close(rmsnorm(x), rmsnorm_reference(x), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [1000, 8192, 65536, 262144])
+def test_rstd_per_row(n, dtype):
+    """rmsnorm_out's optional per-row output: 1 / sqrt(mean(x^2) + eps), fp32, against float64."""
+    from kernels.rmsnorm import rmsnorm_out
+    x = torch.randn(37, n, device="cuda").to(dtype)
+    w = torch.randn(n, device="cuda").to(dtype)
+    out, rstd = torch.empty_like(x), torch.empty(37, device="cuda")
+    rmsnorm_out(x, w, out, 1e-6, rstd=rstd)
+    assert_close(out, rmsnorm_reference(x, w, 1e-6), dtype)
+    ref = torch.rsqrt(x.double().pow(2).mean(-1) + 1e-6)
+    torch.testing.assert_close(rstd.double(), ref, rtol=1e-5, atol=0)
 
 
 def test_weight_on_other_device_or_wrong_shape():

@@ -22,7 +22,7 @@ def test_softmax(n, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n,stage", STAGES)
 def test_each_stage(n, stage, dtype):
-    cfg = row_config(n, torch.finfo(dtype).bits, keep_row=True, stage=stage, op="softmax")
+    cfg = row_config("softmax", n, torch.finfo(dtype).bits, stage=stage)
     for m in ms_for(n):
         x = (torch.randn(m, n, device="cuda") * 3).to(dtype)
         assert_close(softmax(x, config=cfg), softmax_reference(x), dtype, f"M={m}")

@@ -1,0 +1,133 @@
+"""The host path every public op shares: CUDA-graph capture and replay with default arguments,
+no host sync (a bad target still reported), the Hopper check, and the launch cache's key."""
+import pytest
+import torch
+
+import kernels
+from kernels import validate
+
+from _gpu import requires_gpu
+
+
+def _inputs(n=4096, m=64, dtype=torch.bfloat16):
+    g = torch.Generator(device="cuda").manual_seed(n + m)
+    x = torch.randn(m, n, device="cuda", generator=g).to(dtype)
+    w = torch.randn(n, device="cuda", generator=g).to(dtype)
+    b = torch.randn(n, device="cuda", generator=g).to(dtype)
+    t = torch.randint(0, n, (m,), device="cuda", generator=g)
+    return x, w, b, t
+
+
+PUBLIC = {
+    "copy": lambda x, w, b, t: kernels.copy(x),
+    "reduce_rows": lambda x, w, b, t: kernels.reduce_rows(x),
+    "rmsnorm": lambda x, w, b, t: kernels.rmsnorm(x, w),
+    "layernorm": lambda x, w, b, t: kernels.layernorm(x, w, b),
+    "softmax": lambda x, w, b, t: kernels.softmax(x),
+    "cross_entropy": lambda x, w, b, t: kernels.cross_entropy(x, t),
+}
+
+
+@requires_gpu
+@pytest.mark.parametrize("op", sorted(PUBLIC))
+@pytest.mark.parametrize("n", [4096, 131072])
+def test_every_public_op_captures_in_a_cuda_graph(op, n):
+    """Captured with default arguments, replayed on new values in the same buffers: the same
+    result as an eager call (bit for bit: the same kernels)."""
+    x, w, b, t = _inputs(n, 33)
+    fn = PUBLIC[op]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compile and warm up off the capture
+        fn(x, w, b, t)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn(x, w, b, t)
+    for seed in range(3):
+        x2, w2, b2, t2 = _inputs(n, 33 + seed + 1)
+        x.copy_(x2[:33]), w.copy_(w2), b.copy_(b2), t.copy_(t2[:33])
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fn(x, w, b, t)), f"{op}: replay {seed} differs from an eager call"
+    kernels.check_errors()
+
+
+@requires_gpu
+def test_a_bad_target_in_a_graph_is_reported():
+    x, w, b, t = _inputs(1000, 16)
+    graph = torch.cuda.CUDAGraph()
+    kernels.cross_entropy(x, t)
+    with torch.cuda.graph(graph):
+        loss = kernels.cross_entropy(x, t)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.isfinite(loss)
+    kernels.check_errors()
+    t[7] = 1000
+    graph.replay()
+    with pytest.raises(kernels.BadInputError):
+        kernels.check_errors()
+    assert torch.isnan(loss)
+
+
+@requires_gpu
+def test_cross_entropy_does_not_wait_for_the_gpu():
+    """The default call returns before its kernel ends: behind a long sleep on the stream, the
+    call itself takes far less than the sleep."""
+    import time
+    x, w, b, t = _inputs(8192, 512)
+    kernels.cross_entropy(x, t)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)  # ~100 ms of GPU time ahead of the call
+    t0 = time.perf_counter()
+    kernels.cross_entropy(x, t)
+    took = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    assert took < 0.02, f"cross_entropy waited {took * 1e3:.1f} ms"
+
+
+@requires_gpu
+def test_a_second_call_finds_its_kernel_without_compiling():
+    from kernels import compile as kc
+    x, w, b, t = _inputs(4096, 8)
+    for fn in PUBLIC.values():
+        fn(x, w, b, t)
+    before = len(kc.cache())
+    x2, w2, b2, t2 = _inputs(4096, 999)
+    for fn in PUBLIC.values():
+        fn(x2, w2, b2, t2)
+    assert len(kc.cache()) == before
+
+
+def test_a_gpu_that_is_not_hopper_gets_a_clear_error(monkeypatch):
+    """Without a GPU too: the check reads the device's compute capability and name."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(validate, "_CHECKED_DEVICES", set())
+    with pytest.raises(RuntimeError, match=r"Hopper.*sm_90a.*A100-SXM4-80GB \(compute capability 8\.0\)"):
+        validate.check_arch(torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: (9, 0))
+    validate.check_arch(torch.device("cuda", 0))  # an H100 or H200 passes
+
+
+def test_access_width_is_the_widest_every_row_allows():
+    """The launch key's access width: the largest power of two (<= 16 bytes) dividing N, every
+    row stride and every base address, as the configuration's rule."""
+    from kernels.config import vector_width
+
+    class T:
+        def __init__(self, stride, ptr):
+            self.s, self.p = stride, ptr
+
+        def stride(self, d):
+            return self.s
+
+        def data_ptr(self):
+            return self.p
+    for n in (1, 7, 64, 1000, 4096, 4100):
+        for stride in (n, n + 1, n + 4, 2 * n):
+            for ptr in (0, 2, 4, 8, 1024):
+                for eb in (2, 4):
+                    want = min(vector_width(n, eb * 8, stride, validate.ptr_align(T(0, ptr))), 16 // eb)
+                    assert validate.access_width(n, eb, [T(stride, ptr)]) == want

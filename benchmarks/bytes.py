@@ -9,6 +9,8 @@ def bytes_moved(op: str, m: int, n: int, elem_bytes: int) -> int:
         return m * n * elem_bytes + m * 4
     if op == "rmsnorm":
         return 2 * m * n * elem_bytes + n * elem_bytes
+    if op == "layernorm":
+        return 2 * m * n * elem_bytes + 2 * n * elem_bytes
     if op == "softmax":
         return 2 * m * n * elem_bytes
     if op == "cross_entropy":

@@ -4,7 +4,7 @@ print a hash of each one's machine code (the cubin's .text sections). Run it in 
 the commit a result names (its .json) and in this one: equal hashes mean the same machine
 code, so the measurement still holds.
 
-    CUTE_DSL_ARCH=sm_90a python -m benchmarks.machine_code reduction rmsnorm softmax cross_entropy
+    CUTE_DSL_ARCH=sm_90a python -m benchmarks.machine_code reduction rmsnorm layernorm softmax cross_entropy
 """
 import argparse
 
@@ -28,7 +28,7 @@ def kernels(suite: str):
 
 def main(argv=None):
     p = argparse.ArgumentParser()
-    p.add_argument("suites", nargs="+", choices=["reduction", "rmsnorm", "softmax", "cross_entropy"])
+    p.add_argument("suites", nargs="+", choices=["reduction", "rmsnorm", "layernorm", "softmax", "cross_entropy"])
     for suite in p.parse_args(argv).suites:
         for label, args, kw in kernels(suite):
             print(label, text_hash(compile_op(*args, **kw).cubin), flush=True)

@@ -10,7 +10,6 @@ Every suite measures its ceilings (copy and read-only) in the same run. Peers
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import sys
 import time
@@ -19,7 +18,7 @@ import torch
 
 from . import harness as H
 from .bytes import bytes_moved
-from .peers import peer_impls
+from .peers import HOST_OPS, host_calls, peer_impls
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 OP_NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
@@ -217,14 +216,61 @@ def suite_op(op: str):
     return run
 
 
+HOST_MS = (1, 8, 64, 512)
+HOST_NS = (4096, 8192)
+HOST_CALLS = 2000
+
+
+def suite_host_latency(args, ceil):
+    """Wall time per call of every public op as a user calls it (default arguments), against
+    torch eager and QuACK: HOST_CALLS calls back to back, then one synchronize; the median of
+    ``args.rounds`` rounds, the order of the implementations alternating. At these sizes the GPU
+    work takes a few microseconds, so this is the host's cost of a call (or the launch's, where
+    that is longer)."""
+    rows = []
+    for op in HOST_OPS:
+        for n in HOST_NS:
+            for m in HOST_MS:
+                calls, failed = {}, {}
+                for impl, fn in host_calls(op, m, n, torch.bfloat16):
+                    try:
+                        for _ in range(20):  # compile and warm up
+                            fn()
+                        torch.cuda.synchronize()
+                        calls[impl] = fn
+                    except Exception as e:  # a peer without this op, or not installed
+                        failed[impl] = f"{type(e).__name__}: {str(e)[:80]}"
+                times = {impl: [] for impl in calls}
+                for r in range(args.rounds):
+                    for impl in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+                        fn = calls[impl]
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        for _ in range(HOST_CALLS):
+                            fn()
+                        torch.cuda.synchronize()
+                        times[impl].append((time.perf_counter() - t0) / HOST_CALLS * 1e6)
+                for impl in calls:
+                    rows.append({"op": op, "impl": impl, "dtype": "bf16", "M": m, "N": n,
+                                 "us": round(statistics.median(times[impl]), 2),
+                                 "rounds_us": " ".join(f"{v:.2f}" for v in times[impl]), "calls": HOST_CALLS})
+                    print(rows[-1], flush=True)
+                for impl, why in failed.items():
+                    rows.append({"op": op, "impl": impl, "dtype": "bf16", "M": m, "N": n, "us": "", "note": why})
+    return rows
+
+
 SUITES = {
     "hierarchy": suite_hierarchy,
     "copy": suite_copy,
     "reduction": suite_reduction,
     "rmsnorm": suite_op("rmsnorm"),
+    "layernorm": suite_op("layernorm"),
     "softmax": suite_op("softmax"),
     "cross_entropy": suite_op("cross_entropy"),
+    "host_latency": suite_host_latency,
 }
+OP_SUITES = ("rmsnorm", "layernorm", "softmax", "cross_entropy")
 
 
 def main(argv=None):
@@ -235,14 +281,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5,
                    help="rmsnorm, softmax, cross_entropy: rounds of timing a point, the order of the "
                         "implementations alternating (default 5)")
-    p.add_argument("--ce-early-target", choices=["on", "off", "split"], default=None,
-                   help="cross-entropy: load the target during the row's loads (on), after the "
-                        "reduction (off), or before the row and its logit after the fold (split); "
-                        "default: the table's, kernels.config.CE_TARGET_ORDER")
     a = p.parse_args(argv)
-    ce = importlib.import_module("kernels.cross_entropy")  # the module: `import ... as` would give the package's function of that name
-    if a.ce_early_target is not None:
-        ce.EARLY_TARGET = {"on": True, "off": False, "split": "split"}[a.ce_early_target]
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings (TB/s):", ceil, flush=True)
     for s in a.suites:
@@ -252,14 +291,14 @@ def main(argv=None):
         firsts = [r["first_call_s"] for r in rows if "first_call_s" in r]
         meta_ours = {"max_first_call_s": max(firsts), "recompiles_after_first_call":
                      sum(r.get("recompiles_after_first", 0) for r in rows)} if firsts else {}
-        if s == "cross_entropy":
-            meta_ours["early_target"] = "table (kernels.config.CE_TARGET_ORDER)" if ce.EARLY_TARGET is None \
-                else ce.EARLY_TARGET
         meta = H.metadata({**meta_ours, "suite": s, "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"],
                            "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
                            **({"rounds": a.rounds, "timing": "median of the rounds (rounds_us), the order of the "
                                "implementations alternating; each round the median of 20 calls after 3 warm-up"}
-                              if s in ("rmsnorm", "softmax", "cross_entropy") else {}),
+                              if s in OP_SUITES else {}),
+                           **({"rounds": a.rounds, "timing": f"wall time per call: {HOST_CALLS} calls back to "
+                               "back then a synchronize, the median of the rounds (rounds_us), the order "
+                               "alternating"} if s == "host_latency" else {}),
                            **({"bytes_read": REDUCTION_BYTES} if s == "reduction" else {"total_elements": TOTAL})})
         path = H.write_suite(s, rows, meta, a.out)
         print(f"wrote {path} ({len(rows)} rows, {time.time() - t0:.0f} s)", flush=True)

@@ -39,3 +39,31 @@ def test_the_suites_torch_compile_entry_compiles_and_matches_eager(op, monkeypat
     counters.clear()
     torch.testing.assert_close(compiled(), eager())
     assert counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "softmax", "layernorm", "cross_entropy"])
+def test_every_suite_times_ours_as_users_call_it(op):
+    """The op suites' first implementation is the public function with default arguments."""
+    import inspect
+    name, make = peers.peer_impls(op)[0]
+    assert name == "ours"
+    src = inspect.getsource(make)
+    assert f"from kernels import {op}" in src and "_out" not in src and "reduction=" not in src
+
+
+def test_host_latency_covers_every_public_op():
+    import kernels
+    assert set(peers.HOST_OPS) == set(kernels.__all__) - {"check_errors", "BadInputError"}
+
+
+def test_sweep_candidates_are_configurations_the_template_takes_or_rejects_clearly():
+    from benchmarks.sweep import kept_candidates, streamed_candidates
+    for bits in (16, 32):
+        for n in (1024, 32768, 262144):
+            cands = kept_candidates(n, bits) + streamed_candidates(n, bits, "cross_entropy")
+            assert cands
+            for cfg in cands:
+                try:
+                    cfg.check(n, bits)
+                except ValueError as e:
+                    assert str(e)

@@ -237,8 +237,9 @@ def test_pages_workflow_has_its_steps():
 
 def _make_book_recipe():
     """The commands `make book` runs, as make prints them (without running them)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     out = subprocess.run(["make", "-n", "-B", "book"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -25,8 +25,11 @@ def gpu():
     return torch.device("cuda")
 
 
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter):
-    """On a machine without a GPU, say in the summary how many GPU tests were skipped."""
+    """On a machine without a GPU, say in the summary how many GPU tests were skipped (after
+    the list of skip reasons, before the final counts)."""
+    yield
     if HAS_GPU:
         return
     reason = requires_gpu.kwargs["reason"]

@@ -1,4 +1,4 @@
-# make venv | test | book | sync | clean   (see README.md)
+# make book | test | test-book | venv | sync | clean   (see README.md)
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
@@ -25,13 +25,24 @@ DSL_EXTRA := $(if $(filter cu13,$(DSL_CUDA)),"nvidia-cutlass-dsl[cu13]==4.8.1",)
 TILE ?= $(if $(HAS_GPU),0,1)
 PKG  := $(if $(filter 1,$(TILE)),".[tile]",.)
 
-# The install is redone only when requirements.txt, pyproject.toml, DSL_CUDA or TILE change.
-STAMP := $(VENV)/.installed-$(shell (cat requirements.txt pyproject.toml; echo $(DSL_CUDA) $(TILE)) | sha256sum | cut -c1-16)
+# The install is redone only when the requirements files, pyproject.toml, DSL_CUDA or TILE change.
+STAMP := $(VENV)/.installed-$(shell (cat requirements.txt requirements-book.txt requirements-book-test.txt pyproject.toml; echo $(DSL_CUDA) $(TILE)) | sha256sum | cut -c1-16)
+
+# The book renders the chapters' stored outputs and runs no code, so `make book` needs only
+# jupyter-book and its Sphinx stack (requirements-book.txt, a few hundred MB), in a venv of its
+# own: no torch, no DSL, no GPU. `make test-book` adds the book's checks to that venv
+# (requirements-book-test.txt) and runs tests/test_book.py alone. The GitHub Pages workflow
+# (.github/workflows/book.yml) builds the site with the same file and the same command.
+BOOK_VENV  := .venv-book
+BOOK_PY    := $(BOOK_VENV)/bin/python
+BOOK_STAMP := $(BOOK_VENV)/.book-$(shell cat requirements-book.txt | sha256sum | cut -c1-16)
+BOOK_TEST_STAMP := $(BOOK_VENV)/.book-test-$(shell cat requirements-book.txt requirements-book-test.txt | sha256sum | cut -c1-16)
+BOOK_BUILD := jupyter-book build . --all -W -n --keep-going
 
 NOTEBOOKS := $(wildcard book/*.ipynb)
 MYST      := $(wildcard book/*.myst.md)
 
-.PHONY: venv test book sync clean
+.PHONY: venv book-venv test test-book book sync clean
 
 venv: $(STAMP)
 
@@ -46,24 +57,46 @@ endif
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+book-venv: $(BOOK_STAMP)
+
+$(BOOK_STAMP):
+	test -x $(BOOK_PY) || $(PYTHON) -m venv $(BOOK_VENV)
+	$(BOOK_PY) -m pip install -q --disable-pip-version-check -r requirements-book.txt
+	rm -f $(BOOK_VENV)/.book-*
+	touch $@
+
+$(BOOK_TEST_STAMP): | $(BOOK_STAMP)
+	$(BOOK_PY) -m pip install -q --disable-pip-version-check -r requirements-book-test.txt
+	rm -f $(BOOK_VENV)/.book-test-*
+	touch $@
+
+# Everything: the kernel tests (compile-only without a GPU), the book's checks (the build with
+# warnings as errors, the notebook pairs, the rendered pages in headless Chromium) and, on a
+# GPU, every chapter re-executed with nbval.
 test: venv
 	$(TEST_ENV) $(PY) -m pytest -q tests
 ifneq ($(HAS_GPU),)
 ifneq ($(NOTEBOOKS),)
 	$(PY) -m pytest --nbval-lax -p no:cacheprovider $(NOTEBOOKS)
 endif
+else
+	@echo "no GPU: the GPU tests were skipped (counted above) and the chapters were not re-executed; on a Hopper GPU, make test runs both"
 endif
 
-book: venv
-	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
+# The book's checks alone, in the light book venv (no torch, no DSL).
+test-book: $(BOOK_TEST_STAMP)
+	$(BOOK_PY) -m pytest -q tests/test_book.py
+
+book: book-venv
+	$(BOOK_VENV)/bin/$(BOOK_BUILD)
 	@echo "HTML: _build/html/index.html"
 
-sync: venv
+sync: $(BOOK_TEST_STAMP)
 ifneq ($(MYST),)
-	$(VENV)/bin/jupytext --sync $(MYST)
+	$(BOOK_VENV)/bin/jupytext --sync $(MYST)
 endif
 
 clean:
 	rm -rf _build .pytest_cache .jupyter_cache *.egg-info
-	find . \( -path ./$(VENV) -o -path ./.device -o -path ./.git \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
-	find . \( -path ./$(VENV) -o -path ./.device -o -path ./.git \) -prune -o -name .ipynb_checkpoints -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(BOOK_VENV) -o -path ./.device -o -path ./.git \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(BOOK_VENV) -o -path ./.device -o -path ./.git \) -prune -o -name .ipynb_checkpoints -type d -prune -exec rm -rf {} +

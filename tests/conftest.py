@@ -1,4 +1,5 @@
-"""Shared test setup: the `gpu` marker and fixture (see tests/_gpu.py)."""
+"""Shared test setup: the `gpu` marker and fixture (see tests/_gpu.py), and the summary
+line that says how many tests were skipped for want of a GPU."""
 
 import pytest
 
@@ -40,3 +41,19 @@ def no_bad_input_left_unreported():
         FLAGS.raise_if_set()
     except BadInputError as e:
         pytest.fail(f"a kernel reported bad input that the test did not expect: {e}")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """On a machine without a GPU, say in the summary how many GPU tests were skipped (after
+    the list of skip reasons, before the final counts)."""
+    yield
+    if HAS_GPU:
+        return
+    reason = requires_gpu.kwargs["reason"]
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if reason in str(getattr(r, "longrepr", ""))]
+    if skipped:
+        terminalreporter.write_line(
+            f"no GPU: {len(skipped)} GPU tests skipped ({reason}); "
+            "on a Hopper GPU `make test` runs them", bold=True)

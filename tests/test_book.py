@@ -1,7 +1,11 @@
-"""The book: it builds without warnings, its notebook pairs agree, and its
-chapters are stored executed. None of this needs a GPU."""
+"""The book: it builds without warnings, its notebook pairs agree, its chapters are
+stored executed, its figures have captions and alt text, the rendered pages read well in a
+real browser (Debian's Chromium, headless: tests/_browser.py), and the GitHub Pages workflow
+builds it as `make book` does. None of this needs a GPU."""
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +14,8 @@ import jupytext
 import nbformat
 import pytest
 import yaml
+
+import _browser
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -38,20 +44,39 @@ def _toc_files(node):
 TOC_FILES = list(dict.fromkeys(_toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))))
 
 
-@pytest.mark.skipif(
-    os.environ.get("SKIP_BOOK_BUILD") == "1", reason="SKIP_BOOK_BUILD=1"
-)
-def test_book_builds_without_warnings(tmp_path):
-    """`jupyter-book build -W -n` from the stored outputs, as `make book` runs it."""
+BOOK_BUILD = ["build", ".", "--all", "-W", "-n", "--keep-going"]  # as `make book` runs it
+SKIP_BUILD = os.environ.get("SKIP_BOOK_BUILD") == "1"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def book_build(tmp_path_factory):
+    """`jupyter-book build -W -n` from the stored outputs, once a session: (returncode, log, html)."""
+    if SKIP_BUILD:
+        pytest.skip("SKIP_BOOK_BUILD=1")
+    out = tmp_path_factory.mktemp("book")
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     result = subprocess.run(
-        [str(jupyter_book), "build", str(ROOT), "--all", "-W", "-n", "--keep-going",
-         "--path-output", str(tmp_path)],
+        [str(jupyter_book), *BOOK_BUILD, "--path-output", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
-    log = result.stdout + result.stderr
-    assert result.returncode == 0, log[-6000:]
-    assert (tmp_path / "_build" / "html" / "index.html").exists(), log[-3000:]
+    return result.returncode, result.stdout + result.stderr, out / "_build" / "html"
+
+
+def test_book_builds_without_warnings(book_build):
+    """`jupyter-book build -W -n` from the stored outputs, as `make book` runs it."""
+    returncode, log, html = book_build
+    assert returncode == 0, log[-6000:]
+    assert (html / "index.html").exists(), log[-3000:]
+
+
+@pytest.fixture(scope="session")
+def book_html(book_build):
+    """The built book's HTML folder; skips when the build failed (its own test says why)."""
+    returncode, _, html = book_build
+    if returncode != 0 or not (html / "index.html").exists():
+        pytest.skip("the book did not build (see test_book_builds_without_warnings)")
+    return html
 
 
 def test_toc_entries_exist():
@@ -129,3 +154,238 @@ def test_stored_source_listings_match_the_code(nb):
     stale = [listing.strip("\n")[:80] for c in cells for listing in _source_listings(c)
              if listing.strip("\n") not in code]
     assert not stale, f"{nb.name} shows code that is no longer in the repository: {stale}"
+
+
+# --- headings, figures: checked in the sources ---------------------------------------------
+
+def _markdown_lines(md):
+    """The lines of a .myst.md outside its fenced blocks (code cells, code examples)."""
+    fence = None
+    for line in md.read_text().splitlines():
+        mark = re.match(r"^(`{3,}|~{3,})", line)
+        if fence is None and mark:
+            fence = mark.group(1)
+        elif fence is not None and line.strip() == fence:
+            fence = None
+        elif fence is None:
+            yield line
+
+
+@pytest.mark.parametrize("md", MYST, ids=_ids(MYST))
+def test_headings_are_not_numbered_by_hand(md):
+    """The TOC numbers every section ("8.2. One pass"); a number written in the heading too
+    shows twice ("8.2. 2. One pass")."""
+    numbered = [line for line in _markdown_lines(md) if re.match(r"^#{1,6} +\d+(\.\d+)*\.? ", line)]
+    assert not numbered, f"{md.name}: drop the hand-written numbers of {numbered}"
+
+
+def _figure_cells(nb):
+    return [(i, c) for i, c in enumerate(nbformat.read(nb, 4).cells) if c.cell_type == "code"
+            and any("image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})
+                    for o in c.get("outputs", []))]
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_every_figure_has_a_caption_and_alt_text(nb):
+    """Each cell that draws a figure carries, in its metadata (the `mystnb` block of its
+    code-cell in the .myst.md), a caption (which numbers the figure), a name, and alt text that
+    describes the figure; set as metadata, they need no re-execution."""
+    bare = []
+    for i, cell in _figure_cells(nb):
+        meta = cell.metadata.get("mystnb", {})
+        figure, image = meta.get("figure", {}), meta.get("image", {})
+        alt = str(image.get("alt", ""))
+        if not figure.get("caption") or not figure.get("name") or len(alt.split()) < 8:
+            bare.append(i)
+    assert not bare, (f"{nb.name}: cells {bare} draw a figure without mystnb.figure.caption/name "
+                      "and mystnb.image.alt (a sentence or more)")
+
+
+def test_figure_names_are_unique():
+    """Figure names are cross-reference targets: one name, one figure, in the whole book."""
+    names = [c.metadata["mystnb"]["figure"]["name"] for nb in NOTEBOOKS for _, c in _figure_cells(nb)
+             if c.metadata.get("mystnb", {}).get("figure", {}).get("name")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+# --- the GitHub Pages workflow and the light book build -------------------------------------
+
+WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
+
+
+def _workflow_steps():
+    flow = yaml.safe_load(WORKFLOW.read_text())
+    return flow, [step for job in flow["jobs"].values() for step in job.get("steps", [])]
+
+
+def test_pages_workflow_has_its_steps():
+    """checkout, setup-python, the book build, upload-pages-artifact, deploy-pages, in order."""
+    flow, steps = _workflow_steps()
+    uses = [step.get("uses", "").split("@")[0] for step in steps]
+    wanted = ["actions/checkout", "actions/setup-python", "actions/upload-pages-artifact",
+              "actions/deploy-pages"]
+    assert [u for u in uses if u in wanted] == wanted, uses
+    build = [i for i, step in enumerate(steps) if "run" in step and
+             ("make book" in step["run"] or "jupyter-book build" in step["run"])]
+    assert build and uses.index("actions/setup-python") < build[0] < uses.index(
+        "actions/upload-pages-artifact"), "the book must be built between setup-python and the upload"
+    upload = steps[uses.index("actions/upload-pages-artifact")]
+    assert upload.get("with", {}).get("path", "").rstrip("/") == "_build/html", upload
+    perms = flow.get("permissions", {})
+    assert perms.get("pages") == "write" and perms.get("id-token") == "write", perms
+
+
+def _make_book_recipe():
+    """The commands `make book` runs, as make prints them (without running them)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(["make", "-n", "-B", "book"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_pages_workflow_builds_as_make_book_does():
+    """The site is what `make book` builds: the workflow runs `make book`, or the same
+    jupyter-book command with the same requirements file."""
+    _, steps = _workflow_steps()
+    runs = "\n".join(step.get("run", "") for step in steps)
+    if re.search(r"^\s*make book\s*$", runs, re.M):
+        return
+    recipe = _make_book_recipe()
+    command = re.search(r"jupyter-book build[^\n]*", recipe).group(0)
+    assert command in runs, f"the workflow does not run {command!r}"
+    assert "requirements-book.txt" in runs, "the workflow must install requirements-book.txt"
+
+
+def test_make_book_installs_only_what_rendering_needs():
+    """`make book` installs requirements-book.txt alone, into .venv-book, and runs the same
+    build as the test above; that file names neither torch nor the DSL."""
+    recipe = _make_book_recipe()
+    installs = [line for line in recipe.splitlines() if "pip install" in line]
+    assert installs and all("-r requirements-book.txt" in line and ".venv-book/" in line
+                            for line in installs), installs
+    assert " ".join(["jupyter-book", *BOOK_BUILD]) in recipe, recipe
+    names = [re.split(r"[<>=!~\[; ]", line.strip())[0].lower()
+             for line in (ROOT / "requirements-book.txt").read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith(("#", "-"))]
+    heavy = [n for n in names if n in ("torch", "nvidia-cutlass-dsl", "apache-tvm-ffi", "cuda-tile")
+             or n.startswith("nvidia-")]
+    assert not heavy, f"requirements-book.txt must not install {heavy}"
+
+
+def test_readme_first_screen():
+    """What the project is, and the two commands, before anything else."""
+    first = "\n".join((ROOT / "README.md").read_text().splitlines()[:25])
+    assert "make book" in first and "make test" in first, first
+    assert "github.io" in first, "the README's first screen links the published site"
+
+
+# --- the rendered book, in Chromium ---------------------------------------------------------
+
+PAGES = [f"{entry}.html" for entry in TOC_FILES]
+needs_chromium = pytest.mark.skipif(_browser.missing() is not None, reason=_browser.missing() or "")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with _browser.chromium() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def served(book_html):
+    with _browser.serve(book_html) as base:
+        yield base
+
+
+@needs_chromium
+@pytest.mark.parametrize("page", PAGES)
+def test_page_reads_well_in_chromium(page, served, browser):
+    """Each page at a 1400 px window, offline: no console error, every image loaded, every
+    figure captioned and described, math typeset by the MathJax the book carries, no heading
+    numbered twice, no code or output block wider than the page. A full-page screenshot of each
+    is left in _build/screenshots/ to look at."""
+    shot = SCREENSHOTS / (Path(page).stem + ".png")
+    problems = _browser.check_page(browser, served + page, screenshot=shot)
+    assert not problems, f"{page}:\n  " + "\n  ".join(problems)
+    assert shot.stat().st_size > 10_000
+
+
+def test_book_serves_mathjax_itself(book_html):
+    """Pages load MathJax from the build (_static/mathjax), never from a CDN."""
+    chapter = book_html / "book" / "07_rmsnorm.html"
+    scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', chapter.read_text())
+    assert scripts and all("://" not in s for s in scripts), scripts
+    assert (book_html / "_static" / "mathjax" / "tex-chtml.js").exists()
+
+
+# The checker itself: it must fail a page whose image is missing or whose math does not render.
+
+@pytest.fixture
+def broken(book_html, tmp_path):
+    """A copy of the built book to break, and a function that checks one page of it."""
+    copy = tmp_path / "html"
+    shutil.copytree(book_html, copy)
+
+    def check(page, driver):
+        with _browser.serve(copy) as base:
+            return _browser.check_page(driver, base + page)
+
+    return copy, check
+
+
+@needs_chromium
+def test_checker_reports_a_missing_image(broken, browser):
+    copy, check = broken
+    page = copy / "book" / "08_softmax.html"
+    image = re.search(r'<img[^>]*src="\.\./(_images/[^"]+)"', page.read_text()).group(1)
+    (copy / image).unlink()
+    problems = check("book/08_softmax.html", browser)
+    assert any(p.startswith("image not loaded") and image in p for p in problems), problems
+
+
+@needs_chromium
+def test_checker_reports_math_without_mathjax(broken, browser):
+    copy, check = broken
+    page = copy / "book" / "07_rmsnorm.html"
+    text = page.read_text()
+    page.write_text(re.sub(r'<script[^>]*mathjax/tex-chtml\.js[^>]*></script>', "", text))
+    problems = check("book/07_rmsnorm.html", browser)
+    assert any(p.startswith("math not rendered") for p in problems), problems
+
+
+@needs_chromium
+def test_checker_reports_mathjax_from_a_cdn_offline(broken, browser):
+    """The CDN that the book used to load MathJax from is unreachable in the check, as offline."""
+    copy, check = broken
+    page = copy / "book" / "09_cross_entropy.html"
+    text = page.read_text()
+    page.write_text(re.sub(r'src="[^"]*mathjax/tex-chtml\.js[^"]*"',
+                           'src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js"', text))
+    problems = check("book/09_cross_entropy.html", browser)
+    assert any(p.startswith("math not rendered") for p in problems), problems
+    assert any(p.startswith("console error") for p in problems), problems
+
+
+@needs_chromium
+def test_checker_reports_twice_numbered_headings_wide_blocks_and_bare_figures(broken, browser):
+    copy, check = broken
+    page = copy / "book" / "03_thread_reduction.html"
+    text = page.read_text()
+    heading = re.search(r'(<h2><span class="section-number">[\d.]+ </span>)', text).group(1)
+    text = text.replace(heading, heading + "1. ", 1)
+    text = re.sub(r'(<img alt=")[^"]*(" src="(\.\./_images/[^"]+)")', r"\1\3\2", text, count=1)
+    text = text.replace("</article>", '<div class="highlight"><pre style="white-space: pre">'
+                        + "x = 1  # " + "long " * 400 + "</pre></div></article>", 1)
+    page.write_text(text)
+    problems = check("book/03_thread_reduction.html", browser)
+    assert any(p.startswith("heading numbered twice") for p in problems), problems
+    assert any(p.startswith("block wider than the page") for p in problems), problems
+    assert any(p.startswith("image without alt text") for p in problems), problems
+
+
+@needs_chromium
+def test_checker_passes_the_untouched_copy(broken, browser):
+    """The copy the tests above break reads well before it is broken."""
+    _, check = broken
+    assert check("book/08_softmax.html", browser) == []

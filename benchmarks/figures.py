@@ -14,6 +14,8 @@ DATA = Path(__file__).resolve().parent.parent / "book" / "data"
 
 STYLE = {  # impl -> (colour, marker)
     "ours": ("#d62728", "o"),
+    "ours-out": ("#d62728", "o"),  # the same kernels, into a given output
+    "ours-none": ("#d62728", "o"),  # cross-entropy's losses unreduced
     "quack": ("#1f77b4", "s"),
     "liger": ("#2ca02c", "^"),
     "torch.compile": ("#9467bd", "D"),

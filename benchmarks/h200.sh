@@ -22,7 +22,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log=/tmp/h200-$stage; mkdir -p "$log"
 case $stage in
   tests)
-    timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider tests --ignore=tests/test_book.py \
+    timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -q -p no:cacheprovider tests --ignore=tests/test_book.py \
       --ignore=tests/test_inspect.py --ignore=tests/test_config.py --ignore=tests/test_validation.py "$@" 2>&1 \
       | tee "$log/tests.log" | tail -15 ;;
   suites)

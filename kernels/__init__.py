@@ -10,6 +10,9 @@ Public ops (CUDA tensors; fp32, bf16, fp16; rows of up to 262144 elements):
     cross_entropy(logits, target, ignore_index=-100, reduction="mean")
     check_errors()                wait for the GPU; raise if a kernel found bad input
 
+rmsnorm, layernorm, softmax and cross_entropy are differentiable (torch.library custom ops with
+their autograd, traceable by torch.compile); ``kernels.nn`` has them as modules.
+
 Configuration (threads per row, cluster size, ...) comes from ``kernels.config``;
 ``python -m kernels.inspect`` shows what the compiler made of any op.
 """
@@ -24,12 +27,9 @@ if "CUTE_DSL_ARCH" not in _os.environ:
         _os.environ["CUTE_DSL_ARCH"] = "sm_90a"
 
 from .copy import copy  # noqa: E402
-from .cross_entropy import cross_entropy  # noqa: E402
 from .errors import BadInputError, check_errors  # noqa: E402
-from .layernorm import layernorm  # noqa: E402
+from .functional import cross_entropy, layernorm, rmsnorm, softmax  # noqa: E402
 from .reduction import reduce_rows  # noqa: E402
-from .rmsnorm import rmsnorm  # noqa: E402
-from .softmax import softmax  # noqa: E402
 
 __all__ = ["copy", "reduce_rows", "rmsnorm", "layernorm", "softmax", "cross_entropy", "check_errors",
            "BadInputError"]

@@ -88,6 +88,7 @@ def copy_(dst: torch.Tensor, src: torch.Tensor, *, bits: int = 128, coalesced: b
     """Copy src into dst (same shape and dtype, both contiguous CUDA tensors)."""
     if not isinstance(src, torch.Tensor) or src.dtype not in validate.FLOAT_DTYPES:
         raise TypeError(f"src must be a float32, bfloat16 or float16 tensor, got {getattr(src, 'dtype', src)}")
+    validate.no_autograd("copy", src)
     validate.on_cuda(src, "src")
     if dst.shape != src.shape or dst.dtype != src.dtype or dst.device != src.device:
         raise ValueError("dst must have src's shape, dtype and device")

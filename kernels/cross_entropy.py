@@ -213,6 +213,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     if not -(2**31) <= ignore_index < 2**31:
         raise ValueError("ignore_index must fit in int32")
     validate.on_cuda(logits, "logits")
+    validate.no_autograd("kernels.cross_entropy.cross_entropy", logits)
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
     device = logits.device
     loss = torch.empty(m, dtype=torch.float32, device=device) if reduction == "none" else None

@@ -52,6 +52,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.T
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None:
             validate.column(t, x, name)
+    validate.no_autograd("kernels.layernorm.layernorm", x, weight, bias)
     validate.on_cuda(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     mean = rstd = None

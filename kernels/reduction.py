@@ -59,7 +59,9 @@ def _options(op, max_tier, stream):
 def reduce_rows(x: torch.Tensor, op: str = "sum", *, max_tier: str = "cluster", stream: bool = True,
                 config=None, out: torch.Tensor | None = None) -> torch.Tensor:
     """Reduce each row of x (..., N) with ``op`` ("sum" or "max"); returns fp32 of shape x.shape[:-1]."""
-    rows = validate.rows(x)
+    rows = validate.rows(x, cuda=False)
+    validate.no_autograd("reduce_rows", x)
+    validate.on_cuda(x)
     options = _options(op, max_tier, stream)
     if out is None:
         out = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)

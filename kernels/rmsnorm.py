@@ -41,6 +41,7 @@ def _launch(x, rows, weight, out, eps, rstd, config):
         validate.column(weight, x, "weight")
     if rstd is not None:
         validate.per_row(rstd, rows.shape[0], x.device, "rstd")
+    validate.no_autograd("kernels.rmsnorm.rmsnorm", x, weight)
     validate.on_cuda(x)
     if rows.shape[0]:
         RMSNorm.launch(rows, config, rows=(rows,), out=(out,), cols=(weight,), row_out=(rstd,), scalars=(float(eps),))

@@ -29,8 +29,10 @@ class Softmax(RowOp):
 
 def softmax_out(x: torch.Tensor, out: torch.Tensor, *, config=None) -> torch.Tensor:
     """Write softmax(x) over the last dim into ``out`` (x's shape and dtype)."""
-    rows = validate.rows(x)
+    rows = validate.rows(x, cuda=False)
     validate.like(x, out)
+    validate.no_autograd("kernels.softmax.softmax_out", x)
+    validate.on_cuda(x)
     if rows.shape[0]:
         Softmax.launch(rows, config, rows=(rows,), out=(validate.rows(out, "out"),))
     return out
@@ -40,7 +42,9 @@ def softmax(x: torch.Tensor, dim: int = -1, *, config=None) -> torch.Tensor:
     """Softmax of x along ``dim`` (only the last dim is supported)."""
     if dim != -1 and isinstance(x, torch.Tensor) and dim != x.dim() - 1:
         raise ValueError(f"softmax supports only the last dim (dim=-1), got dim={dim}")
-    rows = validate.rows(x)
+    rows = validate.rows(x, cuda=False)
+    validate.no_autograd("kernels.softmax.softmax", x)
+    validate.on_cuda(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if rows.shape[0]:
         Softmax.launch(rows, config, rows=(rows,), out=(out.view(rows.shape),))

@@ -48,6 +48,16 @@ def on_cuda(x: torch.Tensor, name: str = "x") -> None:
         raise ValueError(f"{name} must be on a CUDA device, got device {x.device}")
 
 
+def no_autograd(name: str, *tensors) -> None:
+    """Refuse inputs that want a gradient where the function would not give one: the outputs
+    would be silently cut off from autograd (the differentiable ops are ``kernels.<op>``)."""
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        raise RuntimeError(f"{name} does not differentiate its inputs, and one of them requires grad: "
+                           f"call it under torch.no_grad() or on detached tensors"
+                           + ("" if name in ("copy", "reduce_rows") else f", or use kernels.{name.split('.')[-1]}, "
+                              "which has autograd"))
+
+
 def like(x: torch.Tensor, out: torch.Tensor, name: str = "out") -> None:
     """``out`` must be a tensor of x's shape, dtype and device."""
     if not isinstance(out, torch.Tensor) or out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:

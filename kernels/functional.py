@@ -1,0 +1,251 @@
+"""The ops as PyTorch sees them: custom ops with fake implementations and autograd.
+
+Each training op (RMSNorm, LayerNorm, softmax, cross-entropy) is a ``torch.library`` custom op
+(``torch.ops.speed_of_light.*``) with a fake implementation, so ``torch.compile(fullgraph=True)``
+traces a model that calls it without a graph break, and with its autograd registered, so
+gradients flow and CUDA graphs capture forward and backward. The public functions take the
+custom op only when they must (an input requires grad, or torch.compile is tracing); any other
+call goes straight to the kernel, with no dispatcher on the way.
+
+The backward passes here are written with PyTorch operations (fp32 accumulation), the same
+formulas the backward kernels will compute; they are correct, not yet fast.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import cross_entropy as _ce
+from . import layernorm as _ln
+from . import rmsnorm as _rms
+from . import softmax as _sm
+from . import validate
+
+LIB = "speed_of_light"
+
+
+def _needs_autograd(*tensors) -> bool:
+    """The custom op is needed: torch.compile is tracing, or an input will want a gradient."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+
+
+def _eager_only(config, name):
+    if config is not None:
+        raise ValueError(f"{name}: config= applies to eager calls without autograd; it cannot pass through "
+                         "torch.compile or autograd")
+
+
+def _stats_shape(x):
+    return x.shape[:-1]
+
+
+# ---- RMSNorm --------------------------------------------------------------------------------
+@torch.library.custom_op(f"{LIB}::rmsnorm", mutates_args=(), device_types="cuda")
+def _rmsnorm_op(x: Tensor, weight: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor]:
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    rstd = torch.empty(_stats_shape(x), dtype=torch.float32, device=x.device)
+    _rms.rmsnorm_out(x, weight, out, eps, rstd=rstd.view(-1))
+    return out, rstd
+
+
+@_rmsnorm_op.register_fake
+def _(x, weight, eps):
+    validate.rows(x, cuda=False)
+    if weight is not None:
+        validate.column(weight, x, "weight")
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(_stats_shape(x), dtype=torch.float32)
+
+
+def rmsnorm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor):
+    """(dx, dweight) of y = x * rstd * weight, with rstd = 1 / sqrt(mean(x^2) + eps) saved by the
+    forward: dx = rstd (g - xhat mean(g xhat)) with g = dy * weight and xhat = x * rstd;
+    dweight = the sum over rows of dy * xhat."""
+    xhat = x.float() * rstd.unsqueeze(-1)
+    g = dy.float() * weight.float() if weight is not None else dy.float()
+    dx = (g - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd.unsqueeze(-1)
+    dw = (dy.float() * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype) if weight is not None else None
+    return dx.to(x.dtype), dw
+
+
+def _rmsnorm_setup(ctx, inputs, output):
+    x, weight, _ = inputs
+    ctx.save_for_backward(x, weight, output[1])
+
+
+def _rmsnorm_bwd(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = rmsnorm_backward(dy, x, weight, rstd)
+    return dx, (dw if ctx.needs_input_grad[1] else None), None
+
+
+_rmsnorm_op.register_autograd(_rmsnorm_bwd, setup_context=_rmsnorm_setup)
+
+
+def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, *, config=None) -> Tensor:
+    """RMSNorm over the last dim of x (fp32, bf16 or fp16; any leading shape), differentiable in
+    x and weight."""
+    if _needs_autograd(x, weight):
+        _eager_only(config, "rmsnorm")
+        return _rmsnorm_op(x, weight, eps)[0]
+    return _rms.rmsnorm(x, weight, eps, config=config)
+
+
+# ---- LayerNorm ------------------------------------------------------------------------------
+@torch.library.custom_op(f"{LIB}::layernorm", mutates_args=(), device_types="cuda")
+def _layernorm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    y, mean, rstd = _ln.layernorm(x, weight, bias, eps, return_stats=True)
+    return y, mean, rstd
+
+
+@_layernorm_op.register_fake
+def _(x, weight, bias, eps):
+    validate.rows(x, cuda=False)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            validate.column(t, x, name)
+    stats = x.new_empty(_stats_shape(x), dtype=torch.float32)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), stats, torch.empty_like(stats)
+
+
+def layernorm_backward(dy, x, weight, mean, rstd, has_bias: bool):
+    """(dx, dweight, dbias) of y = (x - mean) * rstd * weight + bias: with xhat = (x - mean) rstd
+    and g = dy * weight, dx = rstd (g - mean(g) - xhat mean(g xhat)); dweight and dbias are the
+    sums over rows of dy * xhat and dy."""
+    n = x.shape[-1]
+    xhat = (x.float() - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)
+    g = dy.float() * weight.float() if weight is not None else dy.float()
+    dx = (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd.unsqueeze(-1)
+    rows = dy.float().reshape(-1, n)
+    dw = (rows * xhat.reshape(-1, n)).sum(0).to(weight.dtype) if weight is not None else None
+    db = rows.sum(0).to(dy.dtype) if has_bias else None
+    return dx.to(x.dtype), dw, db
+
+
+def _layernorm_setup(ctx, inputs, output):
+    x, weight, bias, _ = inputs
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight, output[1], output[2])
+
+
+def _layernorm_bwd(ctx, dy, _dmean, _drstd):
+    x, weight, mean, rstd = ctx.saved_tensors
+    dx, dw, db = layernorm_backward(dy, x, weight, mean, rstd, ctx.has_bias)
+    return dx, (dw if ctx.needs_input_grad[1] else None), (db if ctx.needs_input_grad[2] else None), None
+
+
+_layernorm_op.register_autograd(_layernorm_bwd, setup_context=_layernorm_setup)
+
+
+def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, eps: float = 1e-5, *,
+              return_stats: bool = False, config=None):
+    """LayerNorm over the last dim of x, as ``torch.nn.functional.layer_norm``; differentiable in
+    x, weight and bias. With ``return_stats``, also each row's mean and rstd (fp32)."""
+    if _needs_autograd(x, weight, bias):
+        _eager_only(config, "layernorm")
+        y, mean, rstd = _layernorm_op(x, weight, bias, eps)
+        return (y, mean, rstd) if return_stats else y
+    return _ln.layernorm(x, weight, bias, eps, return_stats=return_stats, config=config)
+
+
+# ---- softmax --------------------------------------------------------------------------------
+@torch.library.custom_op(f"{LIB}::softmax", mutates_args=(), device_types="cuda")
+def _softmax_op(x: Tensor) -> Tensor:
+    return _sm.softmax(x)
+
+
+@_softmax_op.register_fake
+def _(x):
+    validate.rows(x, cuda=False)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def softmax_backward(dy: Tensor, y: Tensor) -> Tensor:
+    """dx = y (dy - sum(dy y)) over each row, from the forward's output y."""
+    yf, dyf = y.float(), dy.float()
+    return (yf * (dyf - (dyf * yf).sum(-1, keepdim=True))).to(y.dtype)
+
+
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def _softmax_bwd(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return softmax_backward(dy, y)
+
+
+_softmax_op.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
+
+
+def softmax(x: Tensor, dim: int = -1, *, config=None) -> Tensor:
+    """Softmax of x along its last dim, differentiable in x."""
+    if _needs_autograd(x):
+        _eager_only(config, "softmax")
+        if dim != -1 and dim != x.dim() - 1:
+            raise ValueError(f"softmax supports only the last dim (dim=-1), got dim={dim}")
+        return _softmax_op(x)
+    return _sm.softmax(x, dim, config=config)
+
+
+# ---- cross-entropy --------------------------------------------------------------------------
+@torch.library.custom_op(f"{LIB}::cross_entropy", mutates_args=(), device_types="cuda")
+def _cross_entropy_op(logits: Tensor, target: Tensor, ignore_index: int, reduction: str) -> tuple[Tensor, Tensor]:
+    loss, lse = _ce.cross_entropy(logits, target, ignore_index, reduction, return_lse=True)
+    return loss, lse
+
+
+@_cross_entropy_op.register_fake
+def _(logits, target, ignore_index, reduction):
+    if reduction not in _ce.REDUCTIONS:
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    m = logits.shape[0]
+    loss = logits.new_empty((m,) if reduction == "none" else (), dtype=torch.float32)
+    return loss, logits.new_empty((m,), dtype=torch.float32)
+
+
+def cross_entropy_backward(dloss: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
+                           reduction: str) -> Tensor:
+    """dlogits = (softmax(logits) - onehot(target)) * g, with softmax = exp(logits - lse) from the
+    forward's logsumexp and g each row's share of the loss's gradient (dloss for "none", dloss over
+    the rows not ignored for "mean"); zero for ignored rows."""
+    keep = target != ignore_index
+    if reduction == "none":
+        g = dloss.float()
+    elif reduction == "sum":
+        g = dloss.float().expand(target.shape)
+    else:
+        g = (dloss.float() / keep.sum()).expand(target.shape)
+    g = torch.where(keep, g, torch.zeros_like(g))
+    p = torch.exp(logits.float() - lse.unsqueeze(-1))
+    onehot = torch.nn.functional.one_hot(torch.where(keep, target, 0).long(), logits.shape[-1]).to(p.dtype)
+    return ((p - onehot) * g.unsqueeze(-1)).to(logits.dtype)
+
+
+def _cross_entropy_setup(ctx, inputs, output):
+    logits, target, ignore_index, reduction = inputs
+    ctx.ignore_index, ctx.reduction = ignore_index, reduction
+    ctx.save_for_backward(logits, target, output[1])
+
+
+def _cross_entropy_bwd(ctx, dloss, _dlse):
+    logits, target, lse = ctx.saved_tensors
+    return cross_entropy_backward(dloss, logits, target, lse, ctx.ignore_index, ctx.reduction), None, None, None
+
+
+_cross_entropy_op.register_autograd(_cross_entropy_bwd, setup_context=_cross_entropy_setup)
+
+
+def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean", *,
+                  return_lse: bool = False, config=None):
+    """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
+    ``F.cross_entropy``; differentiable in the logits. No host sync: a bad target makes its
+    row's loss NaN and is reported later (``kernels.errors``)."""
+    if _needs_autograd(logits):
+        _eager_only(config, "cross_entropy")
+        loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction)
+        return (loss, lse) if return_lse else loss
+    return _ce.cross_entropy(logits, target, ignore_index, reduction, return_lse=return_lse, config=config)

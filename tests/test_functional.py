@@ -1,0 +1,285 @@
+"""The ops in autograd and torch.compile (kernels.functional, kernels.nn).
+
+Without a GPU: the backward formulas against float64 autograd of the references (CPU tensors),
+the fake implementations and a torch.compile(fullgraph=True) trace of forward and backward on
+meta tensors, the nn modules' arguments, and the clear error where an output would otherwise
+leave autograd. On the GPU: every gradient against float64, a small model eager against
+compiled, a CUDA-graph-captured training step, and backward passes equal bit for bit."""
+import pytest
+import torch
+
+import kernels
+from kernels import functional as KF
+from kernels import nn as knn
+
+from _gpu import requires_gpu
+
+DT = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _ref_grads(f, inputs, dy):
+    """Float64 autograd of ``f`` at ``inputs`` (each cast to float64), for the cotangent dy."""
+    leaves = [t.detach().double().requires_grad_() if t is not None and t.is_floating_point() else t for t in inputs]
+    out = f(*leaves)
+    grads = torch.autograd.grad(out, [t for t in leaves if t is not None and t.requires_grad], dy.double())
+    return grads
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 1000])
+def test_rmsnorm_backward_formula(n):
+    g = torch.Generator().manual_seed(n)
+    x, w, dy = torch.randn(5, 3, n, generator=g), torch.randn(n, generator=g), torch.randn(5, 3, n, generator=g)
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
+    dx, dw = KF.rmsnorm_backward(dy, x, w, rstd)
+    ref = _ref_grads(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, (x, w), dy)
+    torch.testing.assert_close(dx.double(), ref[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(dw.double(), ref[1], rtol=1e-4, atol=1e-4)
+    dx0, dw0 = KF.rmsnorm_backward(dy, x, None, rstd)
+    assert dw0 is None
+    torch.testing.assert_close(dx0.double(), _ref_grads(
+        lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), (x,), dy)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 1000])
+def test_layernorm_backward_formula(n):
+    g = torch.Generator().manual_seed(n + 1)
+    x, w, b, dy = (torch.randn(6, n, generator=g) * 3 + 1, torch.randn(n, generator=g), torch.randn(n, generator=g),
+                   torch.randn(6, n, generator=g))
+    mean, rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + 1e-5)
+    dx, dw, db = KF.layernorm_backward(dy, x, w, mean, rstd, True)
+    ref = _ref_grads(lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5), (x, w, b), dy)
+    for got, want in zip((dx, dw, db), ref):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000])
+def test_softmax_backward_formula(n):
+    g = torch.Generator().manual_seed(n + 2)
+    x, dy = torch.randn(9, n, generator=g), torch.randn(9, n, generator=g)
+    dx = KF.softmax_backward(dy, torch.softmax(x, -1))
+    torch.testing.assert_close(dx.double(), _ref_grads(lambda x: torch.softmax(x, -1), (x,), dy)[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_backward_formula(reduction):
+    g = torch.Generator().manual_seed(3)
+    x, t = torch.randn(11, 300, generator=g), torch.randint(0, 300, (11,), generator=g)
+    t[::4] = -100
+    dloss = torch.randn(11 if reduction == "none" else (), generator=g)
+    dx = KF.cross_entropy_backward(dloss, x, t, torch.logsumexp(x, -1), -100, reduction)
+    ref = _ref_grads(lambda x: torch.nn.functional.cross_entropy(x, t, reduction=reduction), (x,), dloss)[0]
+    torch.testing.assert_close(dx.double(), ref, rtol=1e-5, atol=1e-6)
+    assert (dx[::4] == 0).all()
+
+
+def _meta(*shape, grad=True):
+    return torch.randn(*shape, device="meta", requires_grad=grad)
+
+
+def test_outputs_keep_their_place_in_autograd():
+    """An input that requires grad gives an output with a grad_fn (meta tensors: the fake
+    implementations and the registered autograd, no GPU)."""
+    x, w = _meta(4, 64), _meta(64)
+    t = torch.zeros(4, dtype=torch.long, device="meta")
+    outs = {"rmsnorm": kernels.rmsnorm(x, w), "layernorm": kernels.layernorm(x, w, w),
+            "softmax": kernels.softmax(x), "cross_entropy": kernels.cross_entropy(x, t)}
+    for name, y in outs.items():
+        assert y.grad_fn is not None, name
+    y, mean, rstd = kernels.layernorm(x, w, None, return_stats=True)
+    assert mean.shape == rstd.shape == (4,)
+    loss, lse = kernels.cross_entropy(x, t, reduction="none", return_lse=True)
+    assert loss.shape == lse.shape == (4,)
+
+
+def test_torch_compile_traces_a_model_forward_and_backward_without_a_graph_break():
+    """fullgraph=True fails on any graph break; aot_eager traces the backward too. Meta tensors:
+    the trace needs no GPU."""
+    def model(x, w, b, lin, t):
+        h = kernels.rmsnorm(x, w)
+        h = kernels.layernorm(h, w, b)
+        logits = h @ lin
+        return kernels.cross_entropy(logits, t) + kernels.softmax(logits).mean()
+    x, w, b, lin = _meta(8, 64), _meta(64), _meta(64), _meta(64, 128)
+    t = torch.zeros(8, dtype=torch.long, device="meta")
+    torch._dynamo.reset()
+    loss = torch.compile(model, fullgraph=True, backend="aot_eager")(x, w, b, lin, t)
+    assert loss.shape == ()
+    loss.backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape and b.grad.shape == b.shape
+    assert lin.grad.shape == lin.shape
+
+
+def test_modules_take_torchs_arguments_and_refuse_what_they_cannot_do():
+    assert knn.RMSNorm(64).weight.shape == (64,) and knn.RMSNorm([64], elementwise_affine=False).weight is None
+    ln = knn.LayerNorm(64, bias=False)
+    assert ln.weight.shape == (64,) and ln.bias is None
+    assert set(knn.LayerNorm(64).state_dict()) == set(torch.nn.LayerNorm(64).state_dict())
+    assert set(knn.RMSNorm(64).state_dict()) == set(torch.nn.RMSNorm(64).state_dict())
+    with pytest.raises(ValueError, match="last dim only"):
+        knn.LayerNorm((4, 64))
+    with pytest.raises(NotImplementedError, match="per-class weights"):
+        knn.CrossEntropyLoss(weight=torch.ones(10))
+    with pytest.raises(NotImplementedError, match="label_smoothing"):
+        knn.CrossEntropyLoss(label_smoothing=0.1)
+    with pytest.raises(ValueError, match="reduction"):
+        knn.CrossEntropyLoss(reduction="avg")
+    x = _meta(3, 64)
+    assert knn.RMSNorm(64, device="meta")(x).grad_fn is not None
+
+
+@pytest.mark.parametrize("fn", ["kernels.rmsnorm.rmsnorm", "kernels.softmax.softmax", "kernels.layernorm.layernorm",
+                                "reduce_rows", "copy"])
+def test_functions_without_autograd_refuse_inputs_that_want_a_gradient(fn):
+    """Never a silent detach: the op modules' own functions and the ops with no backward raise."""
+    import importlib
+    if fn.startswith("kernels."):
+        mod, name = fn.rsplit(".", 1)
+        f = getattr(importlib.import_module(mod), name)
+    else:
+        f = getattr(kernels, fn)
+    x = torch.randn(4, 64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        f(x)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="CUDA"):  # past the autograd check: the CPU tensor's error
+            f(x)
+
+
+def test_config_cannot_pass_through_autograd():
+    from kernels.config import row_config
+    with pytest.raises(ValueError, match="config="):
+        kernels.softmax(_meta(4, 64), config=row_config("softmax", 64, 32))
+
+
+# ---- on the GPU --------------------------------------------------------------------------------
+TOL = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (3e-2, 3e-2), torch.float16: (5e-3, 5e-3)}
+
+
+def _close(got, want, dtype, what):
+    rtol, atol = TOL[dtype]
+    scale = want.abs().max().item() or 1.0
+    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * scale, msg=lambda m: f"{what}: {m}")
+
+
+def _grads(f, inputs, dy):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    out = f(*leaves)
+    out.backward(dy)
+    return out, [t.grad for t in leaves]
+
+
+OPS = {
+    "rmsnorm": (lambda x, w, b: kernels.rmsnorm(x, w), lambda x, w, b: torch.nn.functional.rms_norm(x, x.shape[-1:], w, 1e-6), 2),
+    "layernorm": (lambda x, w, b: kernels.layernorm(x, w, b), lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b), 3),
+    "softmax": (lambda x, w, b: kernels.softmax(x), lambda x, w, b: torch.softmax(x, -1), 1),
+}
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("n", [1, 7, 1000, 4096, 65536, 131071, 262144])
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_gradients_against_float64(op, n, dtype):
+    ours, ref, k = OPS[op]
+    for m in (1, 37, max(2, min(513, (1 << 24) // n))):
+        x = (torch.randn(m, n, device="cuda") * 2 + 0.5).to(dtype)
+        w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+        dy = torch.randn(m, n, device="cuda").to(dtype)
+        y, grads = _grads(ours, (x, w, b), dy)
+        want_y, want = _grads(ref, (x.double(), w.double(), b.double()), dy.double())
+        _close(y, want_y.detach(), dtype, f"{op} y")
+        for name, got, w_ in zip(("dx", "dw", "db")[:k], grads, want):
+            _close(got, w_, dtype, f"{op} {name} N={n} M={m}")
+
+
+@requires_gpu
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("n", [7, 1000, 50257, 131072])
+def test_cross_entropy_gradient_against_float64(n, dtype, reduction):
+    m = 64
+    x = (torch.randn(m, n, device="cuda") * 3).to(dtype).requires_grad_()
+    t = torch.randint(0, n, (m,), device="cuda")
+    t[::5] = -100
+    loss = kernels.cross_entropy(x, t, reduction=reduction)
+    dl = torch.randn_like(loss)
+    loss.backward(dl)
+    x64 = x.detach().double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(x64, t, reduction=reduction)
+    ref.backward(dl.double())
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-5)
+    _close(x.grad, x64.grad, dtype, f"dlogits N={n}")
+
+
+class _Small(torch.nn.Module):
+    def __init__(self, n, v):
+        super().__init__()
+        self.norm = knn.RMSNorm(n, eps=1e-6, device="cuda")
+        self.lin = torch.nn.Linear(n, v, device="cuda")
+        self.loss = knn.CrossEntropyLoss()
+
+    def forward(self, x, t):
+        return self.loss(self.lin(self.norm(x)), t)
+
+
+@requires_gpu
+def test_a_small_model_eager_and_compiled_agree():
+    torch.manual_seed(0)
+    model = _Small(512, 1000)
+    x, t = torch.randn(64, 512, device="cuda"), torch.randint(0, 1000, (64,), device="cuda")
+    eager = model(x, t)
+    eager.backward()
+    g_eager = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    compiled = torch.compile(model, fullgraph=True)(x, t)
+    compiled.backward()
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_eager, (p.grad for p in model.parameters())):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@requires_gpu
+def test_a_training_step_captures_in_a_cuda_graph():
+    torch.manual_seed(1)
+    model = _Small(256, 512)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, t = torch.randn(32, 256, device="cuda"), torch.randint(0, 512, (32,), device="cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = model(x, t)
+        loss.backward()
+        opt.step()
+        return loss
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = step()
+    losses = []
+    for _ in range(5):
+        graph.replay()
+        losses.append(loss.item())
+    assert losses == sorted(losses, reverse=True), f"the loss should fall step by step: {losses}"
+
+
+@requires_gpu
+@pytest.mark.parametrize("op", sorted(OPS) + ["cross_entropy"])
+def test_two_backward_passes_are_equal_bit_for_bit(op):
+    n = 8192
+    x = torch.randn(300, n, device="cuda", dtype=torch.bfloat16)
+    w, b = torch.randn(n, device="cuda", dtype=torch.bfloat16), torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    t = torch.randint(0, n, (300,), device="cuda")
+    runs = []
+    for _ in range(2):
+        leaves = [v.clone().requires_grad_() for v in (x, w, b)]
+        out = kernels.cross_entropy(leaves[0], t) if op == "cross_entropy" else OPS[op][0](*leaves)
+        out.backward(torch.ones_like(out))
+        runs.append([v.grad for v in leaves if v.grad is not None])
+    for a, b_ in zip(*runs):
+        assert torch.equal(a, b_)

@@ -167,6 +167,14 @@ TABLES = {
 }
 # LayerNorm moves the bytes RMSNorm moves with one more exchange a row: it takes RMSNorm's shapes.
 TABLES["layernorm"] = TABLES["rmsnorm"]
+# Softmax's backward keeps two rows (y and dy) where the forward keeps one: RMSNorm's shapes, which
+# stage from 16k 16-bit elements (not swept yet).
+TABLES["softmax_bwd"] = TABLES["rmsnorm"]
+# Cross-entropy's backward maps its row (nothing to reduce): one block a row, its row in passes of
+# four 128-bit accesses a thread (not swept yet).
+TABLES["cross_entropy_bwd"] = {
+    bits: (Row(1024, 64, 128, 1, "stream", 4), Row(8192, 128, 128, 1, "stream", 4),
+           Row(MAX_N, 256, 256, 1, "stream", 4)) for bits in (16, 32)}
 OPS = tuple(TABLES)
 
 
@@ -223,14 +231,15 @@ class RowConfig:
     def elems_per_thread(self) -> int:
         return self.vec * self.vecs_per_thread
 
-    def smem_bytes(self, elem_bits: int, stages: int = 1) -> int:
+    def smem_bytes(self, elem_bits: int, stages: int = 1, tiles: int = 1) -> int:
         """Shared memory one block needs, an upper bound: the staged tile of
-        ``(rows_per_block, cols_per_pass)`` elements (stage "smem" only), the partials of the
-        block or cluster tier for each of ``stages`` reductions (at most four fp32 a slot), the
-        cluster's mbarriers, and up to 128 bytes of alignment before each of the first two."""
-        staged = self.rows_per_block * self.cols_per_pass * elem_bits // 8 if self.stage == "smem" else 0
+        ``(rows_per_block, cols_per_pass)`` elements for each of ``tiles`` row inputs (stage
+        "smem" only), the partials of the block or cluster tier for each of ``stages``
+        reductions (at most four fp32 a slot), the cluster's mbarriers, and up to 128 bytes of
+        alignment before each."""
+        staged = tiles * self.rows_per_block * self.cols_per_pass * elem_bits // 8 if self.stage == "smem" else 0
         partials = self.rows_per_block * self.warps_per_row * self.cluster_n * 16 * stages
-        return staged + 128 + partials + 128 + 8 * stages
+        return staged + 128 * tiles + partials + 128 + 8 * stages
 
     @property
     def max_tier(self) -> str:
@@ -242,7 +251,7 @@ class RowConfig:
             return "warp"
         return "thread"
 
-    def check(self, n: int, elem_bits: int | None = None, stages: int = 1) -> None:
+    def check(self, n: int, elem_bits: int | None = None, stages: int = 1, tiles: int = 1) -> None:
         """Raise ValueError if this configuration cannot cover a row of n elements (of
         ``elem_bits`` bits: then a staged tile must also fit in shared memory)."""
         p = self.threads_per_row
@@ -279,9 +288,9 @@ class RowConfig:
         if self.stage == "reg" and self.elems_per_thread > MAX_KEPT_ELEMS:
             raise ValueError(f"{self} keeps {self.elems_per_thread} elements a thread in registers "
                              f"> {MAX_KEPT_ELEMS}")
-        if elem_bits is not None and self.smem_bytes(elem_bits, stages) > MAX_SMEM_BYTES:
+        if elem_bits is not None and self.smem_bytes(elem_bits, stages, tiles) > MAX_SMEM_BYTES:
             raise ValueError(
-                f"{self} needs {self.smem_bytes(elem_bits, stages)} bytes of shared memory per block for "
+                f"{self} needs {self.smem_bytes(elem_bits, stages, tiles)} bytes of shared memory per block for "
                 f"{elem_bits}-bit elements > {MAX_SMEM_BYTES}; use more blocks (cluster_n) or stage='reg'")
 
 

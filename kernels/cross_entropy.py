@@ -27,7 +27,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from . import errors, validate
 from .compile import fake_vector
-from .reduce import LOG2_E, LOGSUMEXP2, Combine, warp_reduce
+from .reduce import LOG2_E, LOGSUMEXP2, Combine, exp_minus, warp_reduce
 from .rowkernel import RowOp
 
 LN_2 = math.log(2.0)
@@ -178,6 +178,60 @@ class CrossEntropy(RowOp):
                         counter[0] = Int32(0)  # for the next launch on this stream
 
 
+class CrossEntropyBackward(RowOp):
+    """dlogits = (exp(x - lse) - onehot(target)) g over each row, from the forward's logsumexp:
+    reads the logits, writes their gradient (in place, over the logits, if asked); nothing to
+    reduce. g is the row's share of the loss's gradient (``dloss``: one a row, or one for all,
+    options (per_row,)), 0 where the target is ignore_index."""
+
+    table = "cross_entropy_bwd"
+    row_in = ("target", "lse", "dloss")
+    out = ("dx",)
+    scalars = {"ignore_index": Int32}
+    needs_columns = True
+    default_options = (True,)
+
+    def __init__(self, dtype, n, cfg, present, in_dtypes, per_row: bool):
+        self.per_row = per_row
+        super().__init__(dtype, n, cfg, present, in_dtypes)
+
+    @cute.jit
+    def row_inputs(self, io, b):
+        ignore = Int64(io.s.ignore_index)
+        target, lse, g = ignore, Float32(0.0), Float32(0.0)
+        row = b.row
+        if row < b.m:
+            target = Int64(io.row_in["target"][row])
+            lse = Float32(io.row_in["lse"][row])
+            g = Float32(io.row_in["dloss"][row if const_expr(self.per_row) else 0])
+        if target == ignore:
+            g = Float32(0.0)
+        return {"target": Int32(target), "lse": lse, "g": g}
+
+    def epilogue(self, v, results, s):
+        p = exp_minus(v.x, v.lse)
+        return {"dx": cute.where(v.col == v.target, p - 1.0, p) * v.g}
+
+
+def cross_entropy_backward_out(dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
+                               dlogits: torch.Tensor, ignore_index: int = -100, *, config=None) -> torch.Tensor:
+    """Write the gradient of the per-row losses into ``dlogits`` (the logits' shape and dtype; the
+    logits themselves for an in-place backward): ``dloss`` holds one gradient a row (M,) or one
+    for every row (1,), already divided by the count for a mean; ``lse`` is the forward's."""
+    rows = validate.rows(logits, "logits", cuda=False)
+    m = rows.shape[0]
+    validate.like(logits, dlogits, "dlogits")
+    validate.per_row(target, m, logits.device, "target", (torch.int64, torch.int32))
+    validate.per_row(lse, m, logits.device, "lse")
+    per_row = dloss.numel() != 1 or m == 1
+    validate.per_row(dloss.reshape(-1), m if per_row else 1, logits.device, "dloss")
+    validate.on_cuda(logits, "logits")
+    if m:
+        CrossEntropyBackward.launch(rows, config, (per_row,), rows=(rows,), row_in=(target, lse, dloss.reshape(-1)),
+                                    out=(validate.rows(dlogits, "dlogits"),), scalars=(ignore_index,))
+    return dlogits
+
+
 #: Adds (sum, count) pairs (the warp tier of the last block).
 SUM_PAIR = Combine("sum_pair", (0.0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1]), None, 0.0)
 
@@ -236,3 +290,23 @@ def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, ignore_i
                             reduction: str = "mean") -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.double(), target.long(), ignore_index=ignore_index,
                                              reduction=reduction)
+
+
+def row_gradients(dloss: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor:
+    """Each row's share of the loss's gradient, as ``cross_entropy_backward_out`` takes it: one a
+    row for "none"; one for all rows for "sum"; for "mean" that one over the rows not ignored."""
+    if reduction == "none":
+        return dloss.float().reshape(-1)
+    g = dloss.float().reshape(1)
+    return g / (target != ignore_index).sum() if reduction == "mean" else g
+
+
+def cross_entropy_backward_reference(dloss, logits, target, ignore_index: int = -100, reduction: str = "mean"):
+    """dlogits in PyTorch (float64): (softmax - onehot) times each row's share of dloss, zero for
+    ignored rows."""
+    keep = target != ignore_index
+    g = row_gradients(dloss.double(), target, ignore_index, reduction).double().expand(target.shape)
+    g = torch.where(keep, g, torch.zeros_like(g))
+    p = torch.softmax(logits.double(), -1)
+    onehot = torch.nn.functional.one_hot(torch.where(keep, target, 0).long(), logits.shape[-1]).double()
+    return (p - onehot) * g.unsqueeze(-1)

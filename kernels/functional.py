@@ -7,8 +7,10 @@ gradients flow and CUDA graphs capture forward and backward. The public function
 custom op only when they must (an input requires grad, or torch.compile is tracing); any other
 call goes straight to the kernel, with no dispatcher on the way.
 
-The backward passes here are written with PyTorch operations (fp32 accumulation), the same
-formulas the backward kernels will compute; they are correct, not yet fast.
+Softmax's and cross-entropy's backward passes are kernels of the template too
+(``SoftmaxBackward``, ``CrossEntropyBackward``); RMSNorm's and LayerNorm's are written with
+PyTorch operations (fp32 accumulation) until their kernels, which reduce over the rows for the
+weight's gradient, land.
 """
 from __future__ import annotations
 
@@ -163,10 +165,14 @@ def _(x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def softmax_backward(dy: Tensor, y: Tensor) -> Tensor:
-    """dx = y (dy - sum(dy y)) over each row, from the forward's output y."""
-    yf, dyf = y.float(), dy.float()
-    return (yf * (dyf - (dyf * yf).sum(-1, keepdim=True))).to(y.dtype)
+@torch.library.custom_op(f"{LIB}::softmax_backward", mutates_args=(), device_types="cuda")
+def _softmax_backward_op(dy: Tensor, y: Tensor) -> Tensor:
+    return _sm.softmax_backward_out(dy.contiguous(), y, torch.empty_like(y))
+
+
+@_softmax_backward_op.register_fake
+def _(dy, y):
+    return torch.empty_like(y)
 
 
 def _softmax_setup(ctx, inputs, output):
@@ -175,7 +181,7 @@ def _softmax_setup(ctx, inputs, output):
 
 def _softmax_bwd(ctx, dy):
     (y,) = ctx.saved_tensors
-    return softmax_backward(dy, y)
+    return _softmax_backward_op(dy, y)
 
 
 _softmax_op.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
@@ -193,13 +199,14 @@ def softmax(x: Tensor, dim: int = -1, *, config=None) -> Tensor:
 
 # ---- cross-entropy --------------------------------------------------------------------------
 @torch.library.custom_op(f"{LIB}::cross_entropy", mutates_args=(), device_types="cuda")
-def _cross_entropy_op(logits: Tensor, target: Tensor, ignore_index: int, reduction: str) -> tuple[Tensor, Tensor]:
+def _cross_entropy_op(logits: Tensor, target: Tensor, ignore_index: int, reduction: str,
+                      inplace_backward: bool) -> tuple[Tensor, Tensor]:
     loss, lse = _ce.cross_entropy(logits, target, ignore_index, reduction, return_lse=True)
     return loss, lse
 
 
 @_cross_entropy_op.register_fake
-def _(logits, target, ignore_index, reduction):
+def _(logits, target, ignore_index, reduction, inplace_backward):
     if reduction not in _ce.REDUCTIONS:
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     m = logits.shape[0]
@@ -207,45 +214,54 @@ def _(logits, target, ignore_index, reduction):
     return loss, logits.new_empty((m,), dtype=torch.float32)
 
 
-def cross_entropy_backward(dloss: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
-                           reduction: str) -> Tensor:
-    """dlogits = (softmax(logits) - onehot(target)) * g, with softmax = exp(logits - lse) from the
-    forward's logsumexp and g each row's share of the loss's gradient (dloss for "none", dloss over
-    the rows not ignored for "mean"); zero for ignored rows."""
-    keep = target != ignore_index
-    if reduction == "none":
-        g = dloss.float()
-    elif reduction == "sum":
-        g = dloss.float().expand(target.shape)
-    else:
-        g = (dloss.float() / keep.sum()).expand(target.shape)
-    g = torch.where(keep, g, torch.zeros_like(g))
-    p = torch.exp(logits.float() - lse.unsqueeze(-1))
-    onehot = torch.nn.functional.one_hot(torch.where(keep, target, 0).long(), logits.shape[-1]).to(p.dtype)
-    return ((p - onehot) * g.unsqueeze(-1)).to(logits.dtype)
+@torch.library.custom_op(f"{LIB}::cross_entropy_backward", mutates_args=(), device_types="cuda")
+def _cross_entropy_backward_op(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int) -> Tensor:
+    return _ce.cross_entropy_backward_out(g, logits, target, lse, torch.empty_like(logits), ignore_index)
+
+
+@_cross_entropy_backward_op.register_fake
+def _(g, logits, target, lse, ignore_index):
+    return torch.empty_like(logits)
+
+
+@torch.library.custom_op(f"{LIB}::cross_entropy_backward_", mutates_args=("logits",), device_types="cuda")
+def _cross_entropy_backward_inplace_op(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor,
+                                       ignore_index: int) -> None:
+    _ce.cross_entropy_backward_out(g, logits, target, lse, logits, ignore_index)
+
+
+@_cross_entropy_backward_inplace_op.register_fake
+def _(g, logits, target, lse, ignore_index):
+    return None
 
 
 def _cross_entropy_setup(ctx, inputs, output):
-    logits, target, ignore_index, reduction = inputs
-    ctx.ignore_index, ctx.reduction = ignore_index, reduction
+    logits, target, ignore_index, reduction, inplace = inputs
+    ctx.ignore_index, ctx.reduction, ctx.inplace = ignore_index, reduction, inplace
     ctx.save_for_backward(logits, target, output[1])
 
 
 def _cross_entropy_bwd(ctx, dloss, _dlse):
     logits, target, lse = ctx.saved_tensors
-    return cross_entropy_backward(dloss, logits, target, lse, ctx.ignore_index, ctx.reduction), None, None, None
+    g = _ce.row_gradients(dloss, target, ctx.ignore_index, ctx.reduction)
+    if ctx.inplace:
+        _cross_entropy_backward_inplace_op(g, logits, target, lse, ctx.ignore_index)
+        return logits, None, None, None, None
+    return _cross_entropy_backward_op(g, logits, target, lse, ctx.ignore_index), None, None, None, None
 
 
 _cross_entropy_op.register_autograd(_cross_entropy_bwd, setup_context=_cross_entropy_setup)
 
 
 def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean", *,
-                  return_lse: bool = False, config=None):
+                  return_lse: bool = False, inplace_backward: bool = False, config=None):
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
-    ``F.cross_entropy``; differentiable in the logits. No host sync: a bad target makes its
-    row's loss NaN and is reported later (``kernels.errors``)."""
+    ``F.cross_entropy``; differentiable in the logits (with ``inplace_backward``, the gradient
+    overwrites the logits, saving an (M, N) buffer: the logits must not be used after the
+    backward). No host sync: a bad target makes its row's loss NaN and is reported later
+    (``kernels.errors``)."""
     if _needs_autograd(logits):
         _eager_only(config, "cross_entropy")
-        loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction)
+        loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction, inplace_backward)
         return (loss, lse) if return_lse else loss
     return _ce.cross_entropy(logits, target, ignore_index, reduction, return_lse=return_lse, config=config)

@@ -18,7 +18,8 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-OPS = ("copy", "reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy")
+OPS = ("copy", "reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy", "softmax_backward",
+       "cross_entropy_backward")
 
 # PTX instruction families worth counting, by regex on the opcode.
 _FAMILIES = {
@@ -123,14 +124,15 @@ def compile_op(op: str, dtype: str, n: int, **kw):
 
 
 def _row_ops():
-    from .cross_entropy import CrossEntropy
+    from .cross_entropy import CrossEntropy, CrossEntropyBackward
     from .layernorm import LayerNorm
     from .rmsnorm import RMSNorm
-    from .softmax import Softmax
-    return {"rmsnorm": RMSNorm, "layernorm": LayerNorm, "softmax": Softmax, "cross_entropy": CrossEntropy}
+    from .softmax import Softmax, SoftmaxBackward
+    return {"rmsnorm": RMSNorm, "layernorm": LayerNorm, "softmax": Softmax, "cross_entropy": CrossEntropy,
+            "softmax_backward": SoftmaxBackward, "cross_entropy_backward": CrossEntropyBackward}
 
 
-ROW_OPS = {name: (lambda name=name: _row_ops()[name]) for name in ("rmsnorm", "layernorm", "softmax", "cross_entropy")}
+ROW_OPS = {name: (lambda name=name: _row_ops()[name]) for name in OPS if name not in ("copy", "reduce_sum", "reduce_max")}
 
 
 def inspect_op(op: str, dtype: str = "bf16", n: int = 4096, **kw) -> Report:

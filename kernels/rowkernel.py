@@ -36,7 +36,7 @@ from types import SimpleNamespace
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
-from cutlass import Float32, Int64, const_expr
+from cutlass import Float32, Int32, Int64, const_expr
 
 from . import validate
 from .compile import TORCH_TO_CUTE, compile_once, fake_rows, fake_stream, fake_vector
@@ -78,6 +78,8 @@ class RowOp:
     extra: tuple = ()
     scalars: dict = {}
     reductions: tuple = ()
+    #: Whether the epilogue wants each value's column index (``v.col``, Int32).
+    needs_columns: bool = False
     #: The optional tensors the op's public function passes by default (what ``compile``
     #: builds when it is not told).
     default_present: tuple = ()
@@ -85,9 +87,12 @@ class RowOp:
     default_options: tuple = ()
 
     def __init__(self, dtype, n: int, cfg, present: frozenset, in_dtypes: tuple = ()):
-        cfg.check(n, dtype.width, stages=max(1, len(self.reductions)))
-        if self.out and cfg.stage == "stream":
-            raise ValueError(f"{type(self).__name__} writes rows: its row must be kept (stage 'reg' or 'smem')")
+        cfg.check(n, dtype.width, stages=max(1, len(self.reductions)), tiles=len(self.rows))
+        if self.out and self.reductions and cfg.stage == "stream":
+            raise ValueError(f"{type(self).__name__} writes rows it reduces: its row must be kept (stage 'reg' "
+                             "or 'smem')")
+        if cfg.stage == "stream" and len(self.rows) > 1:
+            raise ValueError(f"{type(self).__name__} reads {len(self.rows)} rows: a streamed op reads one")
         if not self.out and cfg.stage == "smem":
             raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
                              "stage='smem' buys nothing, use stage='reg'")
@@ -117,6 +122,11 @@ class RowOp:
     def before_loads(self, io, b):
         """Loads an op issues before the row's (returns ``pre``, handed to the next hooks)."""
         return None
+
+    def row_inputs(self, io, b) -> dict:
+        """Per-row values every thread of the row needs (name -> a scalar, e.g. a saved rstd),
+        loaded before the row's loads; the fold and the epilogue see them in ``v``."""
+        return {}
 
     def after_fold(self, io, b, pre):
         """Loads an op issues after the thread tier, before the exchange (returns ``pre``)."""
@@ -218,6 +228,7 @@ class RowOp:
         b = Block(self, io, tiled_copy, tiler_mn)
         strategy = STRATEGIES[cfg.stage](self, io, b)
         pre = self.before_loads(io, b)
+        strategy.row_values = self.row_inputs(io, b)
         state = strategy.load_and_fold()
         pre = self.after_fold(io, b, pre)
         strategy.early_columns()
@@ -344,6 +355,16 @@ def zero_outside(values, like, tXpX):
     return out
 
 
+@cute.jit
+def columns(tXcX, like):
+    """The column index of each value of a fragment laid out like ``like`` whose coordinates
+    are ``tXcX``, as Int32 values."""
+    frag = cute.make_rmem_tensor_like(like, Int32)
+    for i in cutlass.range(cute.size(frag), unroll_full=True):
+        frag[i] = tXcX[i][1]
+    return frag.load()
+
+
 class Strategy:
     """Where the row waits. A strategy loads and folds the row, re-folds it for a later
     reduction, loads the column inputs at its moment, and writes the op's output rows."""
@@ -354,12 +375,18 @@ class Strategy:
         b.m_shape = io.x.shape
         self.tile = b.rank
         self.cols = {}
+        self.row_values = {}
 
     def early_columns(self):
         pass
 
-    def values(self, rows: dict, cols: dict):
-        return SimpleNamespace(**rows, **cols)
+    def values(self, rows: dict, cols: dict, tXcX=None, like=None):
+        """What the op's fold and epilogue see, by name: this thread's row values, column
+        inputs and per-row values, and (``needs_columns``) the column index of each value."""
+        v = SimpleNamespace(**rows, **cols, **self.row_values)
+        if const_expr(self.op.needs_columns and tXcX is not None):
+            v.col = columns(tXcX, like)
+        return v
 
     def fold(self, i, v, results):
         op = self.op.reductions[i]
@@ -373,7 +400,7 @@ class InRegisters(Strategy):
     def load_and_fold(self):
         b = self.b
         self.frags, self.x = {}, {}
-        pad = self.op.reductions[0].pad
+        pad = self.op.reductions[0].pad if self.op.reductions else 0.0
         for name, mT in self.io.rows.items():
             tXgX, tXcX, tXpX = b.view(mT, self.tile)
             tXrX = cute.make_rmem_tensor_like(tXgX)
@@ -384,7 +411,10 @@ class InRegisters(Strategy):
             self.frags[name] = tXrX
             self.tXcX, self.tXpX = tXcX, tXpX
         self.x = {k: f.load().to(Float32) for k, f in self.frags.items()}
-        return self.fold(0, self.values(self.x, {}), [])
+        state = None
+        if const_expr(len(self.op.reductions) > 0):
+            state = self.fold(0, self.values(self.x, {}), [])
+        return state
 
     @cute.jit
     def load_columns(self):
@@ -413,7 +443,8 @@ class InRegisters(Strategy):
         b = self.b
         if const_expr(len(self.op.out) > 0 and self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS):
             self.load_columns()
-        ys = self.op.epilogue(self.values(self.x, self.cols), results, self.io.s)
+        ys = self.op.epilogue(self.values(self.x, self.cols, self.tXcX, next(iter(self.frags.values()))), results,
+                              self.io.s)
         for name, mO in self.io.out.items():
             tXgO = b.thr.partition_D(b.tiles(mO)[None, None, self.tile])
             tXrO = cute.make_rmem_tensor_like(tXgO)
@@ -521,7 +552,8 @@ class Staged(InRegisters):
                 if k + self.ahead < vecs:
                     self.load_column(self.tXgW[name], tXrW, k + self.ahead)
                 cols[name] = tXrW[None, None, k].load().to(Float32)
-            ys = self.op.epilogue(self.values(self.access(k), cols), results, self.io.s)
+            ys = self.op.epilogue(self.values(self.access(k), cols, self.tXcX[None, None, k],
+                                              tXgO[self.op.out[0]][None, None, k]), results, self.io.s)
             for name, mO in self.io.out.items():
                 tXrO_k = cute.make_rmem_tensor_like(tXgO[name][None, None, k])
                 tXrO_k.store(ys[name].to(mO.element_type))
@@ -535,7 +567,12 @@ class Staged(InRegisters):
 class Streamed(Strategy):
     """The row is not kept: each pass loads a few accesses a thread and folds them into the
     running tuple, which is all that lives across passes. With ``ahead``, pass p + 1 is
-    loaded before pass p is folded (two buffers), so that the fold hides behind loads."""
+    loaded before pass p is folded (two buffers), so that the fold hides behind loads. An op
+    that reduces nothing and writes rows (an elementwise map of its row) writes each pass's
+    output as the pass is loaded."""
+
+    def pad(self):
+        return self.op.reductions[0].pad if self.op.reductions else 0.0
 
     @cute.jit
     def load_and_fold(self):
@@ -545,11 +582,17 @@ class Streamed(Strategy):
         self.tXcX, self.tXpX = tXcX, tXpX
         tXrX = cute.make_rmem_tensor_like(tXgX)
         if const_expr(tXpX is not None):
-            tXrX.fill(self.op.reductions[0].pad)
+            tXrX.fill(self.pad())
         if tXcX[0][0] < b.m:
             cute.copy(b.load, tXgX, tXrX, pred=tXpX)
         state = None
-        if const_expr(cfg.ahead and cfg.passes > 1):
+        if const_expr(len(self.op.reductions) == 0):
+            self.map_pass(tXrX, 0)
+            for p in cutlass.range(1, cfg.passes, unroll=2):
+                tXrX_p = cute.make_rmem_tensor_like(tXrX)
+                self.load_pass(tXrX_p, p)
+                self.map_pass(tXrX_p, p)
+        elif const_expr(cfg.ahead and cfg.passes > 1):
             state = self.stream_ahead(tXrX)
         else:
             state = self.fold_buffer(tXrX)
@@ -570,13 +613,28 @@ class Streamed(Strategy):
         return self.fold(0, self.values({self.op.rows[0]: buf.load().to(Float32)}, {}), [])
 
     @cute.jit
+    def map_pass(self, buf, p):
+        """The epilogue over pass ``p``'s values in ``buf``, and its stores."""
+        b = self.b
+        tile = p * self.cfg.cluster_n + self.tile
+        _, tXcX_p, tXpX_p = b.view(self.io.x, tile)
+        ys = self.op.epilogue(self.values({self.op.rows[0]: buf.load().to(Float32)}, {}, tXcX_p, buf), [],
+                              self.io.s)
+        for name, mO in self.io.out.items():
+            tXgO = b.thr.partition_D(b.tiles(mO)[None, None, tile])
+            tXrO = cute.make_rmem_tensor_like(tXgO)
+            tXrO.store(ys[name].to(mO.element_type))
+            if tXcX_p[0][0] < b.m:
+                cute.copy(b.load, tXrO, tXgO, pred=tXpX_p)
+
+    @cute.jit
     def load_pass(self, buf, p):
         """Issue pass ``p``'s loads into the register buffer ``buf`` (refilled with the neutral
         value first where the loads are predicated off: the buffer is reused)."""
         b = self.b
         tXgX_p, tXcX_p, tXpX_p = b.view(self.io.x, p * self.cfg.cluster_n + self.tile)
         if const_expr(tXpX_p is not None):
-            buf.fill(self.op.reductions[0].pad)
+            buf.fill(self.pad())
         if tXcX_p[0][0] < b.m:
             cute.copy(b.load, tXgX_p, buf, pred=tXpX_p)
 

@@ -12,7 +12,7 @@ import torch
 import cutlass.cute as cute
 
 from . import validate
-from .reduce import LOGSUMEXP, exp_minus
+from .reduce import LOGSUMEXP, SUM, exp_minus
 from .rowkernel import RowOp
 
 
@@ -25,6 +25,33 @@ class Softmax(RowOp):
         row_max, denom = results[0]
         e = exp_minus(v.x, row_max)  # subtract first, as the fold does
         return {"y": e * cute.arch.rcp_approx(denom)}
+
+
+class SoftmaxBackward(RowOp):
+    """dx = y (dy - sum(dy y)) over each row: reads y and dy, writes dx (3 M N elements)."""
+
+    table = "softmax_bwd"
+    rows = ("y", "dy")
+    out = ("dx",)
+    reductions = (SUM,)
+
+    def fold_input(self, v, i, results):
+        return v.y * v.dy
+
+    def epilogue(self, v, results, s):
+        return {"dx": v.y * (v.dy - results[0][0])}
+
+
+def softmax_backward_out(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, *, config=None) -> torch.Tensor:
+    """Write the gradient of softmax over the last dim into ``dx``, from the forward's output y and
+    the gradient dy of the output (all three the same shape and dtype)."""
+    yrows = validate.rows(y, "y", cuda=False)
+    validate.like(y, dy, "dy")
+    validate.like(y, dx, "dx")
+    validate.on_cuda(y, "y")
+    if yrows.shape[0]:
+        SoftmaxBackward.launch(yrows, config, rows=(yrows, validate.rows(dy, "dy")), out=(validate.rows(dx, "dx"),))
+    return dx
 
 
 def softmax_out(x: torch.Tensor, out: torch.Tensor, *, config=None) -> torch.Tensor:
@@ -53,3 +80,9 @@ def softmax(x: torch.Tensor, dim: int = -1, *, config=None) -> torch.Tensor:
 
 def softmax_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x.double(), dim=-1)
+
+
+def softmax_backward_reference(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dx = y (dy - sum(dy y)) over each row, in PyTorch (float64)."""
+    y64, dy64 = y.double(), dy.double()
+    return y64 * (dy64 - (dy64 * y64).sum(-1, keepdim=True))

@@ -12,8 +12,8 @@ from kernels.config import MAX_N, MAX_SMEM_BYTES, TIERS, Row, RowConfig, row_con
 from kernels.reduction import reduce_config
 
 NS = [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 32768, 65536, 131071, 131072, 262144]
-KEPT_OPS = ["rmsnorm", "softmax", "layernorm", "row_reduce_kept"]
-STREAMED_OPS = ["cross_entropy", "row_reduce"]
+KEPT_OPS = ["rmsnorm", "softmax", "layernorm", "row_reduce_kept", "softmax_bwd"]
+STREAMED_OPS = ["cross_entropy", "row_reduce", "cross_entropy_bwd"]
 
 
 @pytest.mark.parametrize("bits", [32, 16])

@@ -184,3 +184,32 @@ def test_bad_target_on_another_stream_is_reported():
 def test_target_on_cpu():
     with pytest.raises(ValueError, match="device|cuda"):
         cross_entropy(torch.randn(4, 64, device="cuda"), torch.zeros(4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", NS)
+def test_cross_entropy_backward_kernel(n, dtype):
+    """CrossEntropyBackward against float64, one gradient a row and one for all, ignored rows
+    zero, and in place over the logits."""
+    from kernels.cross_entropy import cross_entropy_backward_out, cross_entropy_backward_reference
+    for m in ms_for(n):
+        x = (torch.randn(m, n, device="cuda") * 3).to(dtype)
+        t = torch.randint(0, n, (m,), device="cuda")
+        t[::3] = -100
+        _, lse = cross_entropy(x, t, reduction="none", return_lse=True)
+        for reduction in ("none", "mean"):
+            dloss = torch.randn(m if reduction == "none" else (), device="cuda")
+            g = _row_gradients(dloss, t, reduction)
+            dx = cross_entropy_backward_out(g, x, t, lse, torch.empty_like(x))
+            ref = cross_entropy_backward_reference(dloss, x, t, reduction=reduction)
+            torch.testing.assert_close(dx.double(), ref, rtol=2e-2 if dtype != torch.float32 else 1e-5,
+                                       atol=ref.abs().max().item() * (1e-2 if dtype != torch.float32 else 1e-6))
+            assert (dx[::3] == 0).all()
+        inplace = x.clone()
+        cross_entropy_backward_out(g, inplace, t, lse, inplace)
+        assert torch.equal(inplace, dx)
+
+
+def _row_gradients(dloss, t, reduction):
+    from kernels.cross_entropy import row_gradients
+    return row_gradients(dloss, t, -100, reduction)

@@ -13,7 +13,8 @@ from kernels.rowkernel import COLUMNS_ALL_FROM
 
 from _grid import NS  # the GPU tests' row lengths: every kernel they launch is checked here
 
-OPS = ["reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy"]
+OPS = ["reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy", "softmax_backward",
+       "cross_entropy_backward"]
 BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
 
 
@@ -40,6 +41,9 @@ def test_table_configs_compile_without_spills(op, dtype, n):
     if n % (128 // bits) == 0:
         assert 128 in rep.widths("async copies" if staged else "global loads")
     cfg = rep.config
+    if op == "cross_entropy_backward":  # a map: nothing to exchange
+        assert not rep.has("warp shuffles") and not rep.has("block barriers")
+        return
     if cfg.threads_per_row > 1:
         assert rep.has("warp shuffles") and all("bfly" in k or "idx" in k for k in rep.counts["warp shuffles"])
     if cfg.cluster_n > 1:
@@ -224,3 +228,22 @@ def test_cli_arch_flag_retargets(tmp_path):
     out = subprocess.run([sys.executable, "-m", "kernels.inspect", "copy", "--n", "4096", "--arch", "sm_90",
                           "--ptx"], capture_output=True, text=True, timeout=300).stdout
     assert ".target sm_90\n" in out
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("n", [4096, 65536, 262144])
+def test_backward_kernels_read_and_write_with_128_bit_accesses(n, dtype):
+    """Softmax's backward reads two rows (y, dy) and writes one; cross-entropy's reads the logits
+    and writes their gradient in passes, with each row's target, lse and dloss (three scalar
+    loads) and no exchange at all."""
+    sm = inspect_op("softmax_backward", dtype, n)
+    width = 128
+    if sm.config.stage == "smem":
+        assert sum(sm.async_copy_bytes().values()) == 2 * sm.config.vecs_per_thread  # both rows staged
+    else:
+        assert width in sm.widths("global loads")
+    assert width in sm.widths("global stores") and sm.frame_bytes == 0
+    ce = inspect_op("cross_entropy_backward", dtype, n)
+    assert ce.config.stage == "stream" and ce.widths("global stores") == {width}
+    assert width in ce.widths("global loads") and not ce.has("warp shuffles") and not ce.has("block barriers")
+    assert ce.frame_bytes == 0

@@ -172,6 +172,11 @@ TABLES["layernorm"] = TABLES["rmsnorm"]
 TABLES["softmax_bwd"] = TABLES["rmsnorm"]
 # Cross-entropy's backward maps its row (nothing to reduce): one block a row, its row in passes of
 # four 128-bit accesses a thread (not swept yet).
+# RMSNorm's and LayerNorm's backward sum the weight's gradient over the rows: one block a row
+# at a time (a persistent kernel), the row in registers with 16 elements a thread; rows past
+# 8,192 elements are not covered yet (they would spill; not swept yet).
+_NORM_BWD = tuple(Row(n, t, t) for n, t in ((1024, 64), (2048, 128), (4096, 256), (8192, 512)))
+TABLES["rmsnorm_bwd"] = TABLES["layernorm_bwd"] = {16: _NORM_BWD, 32: _NORM_BWD}
 TABLES["cross_entropy_bwd"] = {
     bits: (Row(1024, 64, 128, 1, "stream", 4), Row(8192, 128, 128, 1, "stream", 4),
            Row(MAX_N, 256, 256, 1, "stream", 4)) for bits in (16, 32)}
@@ -312,10 +317,11 @@ def table(op: str, elem_bits: int) -> tuple:
 
 def lookup(op: str, n: int, elem_bits: int) -> Row:
     """The row of ``op``'s table that a row of n elements takes."""
-    for row in table(op, elem_bits):
+    rows = table(op, elem_bits)
+    for row in rows:
         if n <= row.n_max:
             return row
-    raise ValueError(f"N = {n} is past the largest supported row ({MAX_N})")
+    raise ValueError(f"N = {n} is past the largest row {op!r} supports ({rows[-1].n_max})")
 
 
 def _next_pow2(x: int) -> int:

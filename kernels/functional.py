@@ -7,10 +7,10 @@ gradients flow and CUDA graphs capture forward and backward. The public function
 custom op only when they must (an input requires grad, or torch.compile is tracing); any other
 call goes straight to the kernel, with no dispatcher on the way.
 
-Softmax's and cross-entropy's backward passes are kernels of the template too
-(``SoftmaxBackward``, ``CrossEntropyBackward``); RMSNorm's and LayerNorm's are written with
-PyTorch operations (fp32 accumulation) until their kernels, which reduce over the rows for the
-weight's gradient, land.
+The backward passes are kernels of the template too (``SoftmaxBackward``,
+``CrossEntropyBackward``, and ``kernels.norm_backward`` for RMSNorm's and LayerNorm's, whose
+weight gradients are summed over the rows by a persistent kernel). RMSNorm's and LayerNorm's
+rows longer than ``norm_backward.MAX_N`` fall back to PyTorch operations (fp32 accumulation).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from torch import Tensor
 
 from . import cross_entropy as _ce
 from . import layernorm as _ln
+from . import norm_backward as _nb
 from . import rmsnorm as _rms
 from . import softmax as _sm
 from . import validate
@@ -62,10 +63,31 @@ def _(x, weight, eps):
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(_stats_shape(x), dtype=torch.float32)
 
 
+@torch.library.custom_op(f"{LIB}::rmsnorm_backward", mutates_args=(), device_types="cuda")
+def _rmsnorm_backward_op(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor) -> tuple[Tensor, Tensor]:
+    dx = torch.empty_like(x)
+    dw = _nb.rmsnorm_backward_out(dy.contiguous(), x, weight, rstd.reshape(-1), dx)
+    return dx, (dw.to(weight.dtype) if weight is not None else x.new_empty(0))
+
+
+@_rmsnorm_backward_op.register_fake
+def _(dy, x, weight, rstd):
+    return torch.empty_like(x), (torch.empty_like(weight) if weight is not None else x.new_empty(0))
+
+
 def rmsnorm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor):
     """(dx, dweight) of y = x * rstd * weight, with rstd = 1 / sqrt(mean(x^2) + eps) saved by the
     forward: dx = rstd (g - xhat mean(g xhat)) with g = dy * weight and xhat = x * rstd;
-    dweight = the sum over rows of dy * xhat."""
+    dweight = the sum over rows of dy * xhat. The kernel for rows of up to
+    ``norm_backward.MAX_N`` elements, PyTorch operations past that."""
+    if x.shape[-1] <= _nb.MAX_N:
+        dx, dw = _rmsnorm_backward_op(dy, x, weight, rstd)
+        return dx, (dw if weight is not None else None)
+    return rmsnorm_backward_torch(dy, x, weight, rstd)
+
+
+def rmsnorm_backward_torch(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor):
+    """``rmsnorm_backward`` in PyTorch operations (fp32 accumulation), for any device."""
     xhat = x.float() * rstd.unsqueeze(-1)
     g = dy.float() * weight.float() if weight is not None else dy.float()
     dx = (g - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd.unsqueeze(-1)
@@ -113,10 +135,34 @@ def _(x, weight, bias, eps):
     return torch.empty_like(x, memory_format=torch.contiguous_format), stats, torch.empty_like(stats)
 
 
+@torch.library.custom_op(f"{LIB}::layernorm_backward", mutates_args=(), device_types="cuda")
+def _layernorm_backward_op(dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor,
+                           rstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    dx = torch.empty_like(x)
+    dw, db = _nb.layernorm_backward_out(dy.contiguous(), x, weight, mean.reshape(-1), rstd.reshape(-1), dx)
+    return dx, (dw.to(weight.dtype) if weight is not None else x.new_empty(0)), db.to(dy.dtype)
+
+
+@_layernorm_backward_op.register_fake
+def _(dy, x, weight, mean, rstd):
+    n = x.shape[-1]
+    return (torch.empty_like(x), torch.empty_like(weight) if weight is not None else x.new_empty(0),
+            dy.new_empty(n))
+
+
 def layernorm_backward(dy, x, weight, mean, rstd, has_bias: bool):
     """(dx, dweight, dbias) of y = (x - mean) * rstd * weight + bias: with xhat = (x - mean) rstd
     and g = dy * weight, dx = rstd (g - mean(g) - xhat mean(g xhat)); dweight and dbias are the
-    sums over rows of dy * xhat and dy."""
+    sums over rows of dy * xhat and dy. The kernel for rows of up to ``norm_backward.MAX_N``
+    elements, PyTorch operations past that."""
+    if x.shape[-1] <= _nb.MAX_N:
+        dx, dw, db = _layernorm_backward_op(dy, x, weight, mean, rstd)
+        return dx, (dw if weight is not None else None), (db if has_bias else None)
+    return layernorm_backward_torch(dy, x, weight, mean, rstd, has_bias)
+
+
+def layernorm_backward_torch(dy, x, weight, mean, rstd, has_bias: bool):
+    """``layernorm_backward`` in PyTorch operations (fp32 accumulation), for any device."""
     n = x.shape[-1]
     xhat = (x.float() - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)
     g = dy.float() * weight.float() if weight is not None else dy.float()

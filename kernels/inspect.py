@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 OPS = ("copy", "reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy", "softmax_backward",
-       "cross_entropy_backward")
+       "cross_entropy_backward", "rmsnorm_backward", "layernorm_backward")
 
 # PTX instruction families worth counting, by regex on the opcode.
 _FAMILIES = {
@@ -126,10 +126,12 @@ def compile_op(op: str, dtype: str, n: int, **kw):
 def _row_ops():
     from .cross_entropy import CrossEntropy, CrossEntropyBackward
     from .layernorm import LayerNorm
+    from .norm_backward import LayerNormBackward, RMSNormBackward
     from .rmsnorm import RMSNorm
     from .softmax import Softmax, SoftmaxBackward
     return {"rmsnorm": RMSNorm, "layernorm": LayerNorm, "softmax": Softmax, "cross_entropy": CrossEntropy,
-            "softmax_backward": SoftmaxBackward, "cross_entropy_backward": CrossEntropyBackward}
+            "softmax_backward": SoftmaxBackward, "cross_entropy_backward": CrossEntropyBackward,
+            "rmsnorm_backward": RMSNormBackward, "layernorm_backward": LayerNormBackward}
 
 
 ROW_OPS = {name: (lambda name=name: _row_ops()[name]) for name in OPS if name not in ("copy", "reduce_sum", "reduce_max")}

@@ -88,6 +88,9 @@ def _online_fold(x):
 
 
 SUM = Combine("sum", (0.0,), lambda a, b: (a[0] + b[0],), _sum_fold, 0.0)
+#: Two sums in one exchange: its fold takes a pair of value tensors.
+SUM2 = Combine("sum2", (0.0, 0.0), lambda a, b: (a[0] + b[0], a[1] + b[1]),
+               lambda xs: (_sum_fold(xs[0])[0], _sum_fold(xs[1])[0]), 0.0)
 SUMSQ = Combine("sumsq", (0.0,), lambda a, b: (a[0] + b[0],), _sumsq_fold, 0.0)
 MAX = Combine("max", (-math.inf,), lambda a, b: (cute.arch.fmax(a[0], b[0]),), _max_fold, -math.inf)
 LOGSUMEXP = Combine("logsumexp", (-math.inf, 0.0), _online_combine, _online_fold, -math.inf)

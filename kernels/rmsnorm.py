@@ -70,3 +70,4 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor | None = None, eps: 
     x64 = x.double()
     y = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps)
     return y * weight.double() if weight is not None else y
+

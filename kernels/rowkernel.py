@@ -31,6 +31,8 @@ filled with ``cp.async``) and :class:`Streamed` (not kept: folded pass by pass).
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import cutlass
@@ -65,6 +67,10 @@ class RowOp:
     out:        (M, N) outputs, in the input dtype
     row_out:    (M,) fp32 outputs (rstd, mean, loss); each may be absent
     extra:      other 1-D tensors the op's hooks use (``fake_extra`` makes their fakes)
+    col_out:    (P, N) fp32 outputs summed over rows (a weight's gradient): each block walks
+                row after row (a *persistent* kernel, one block a row at a time, P blocks, the
+                ``blocks`` scalar), adds each row's ``col_values`` into registers and writes
+                its sum as row P of each; the caller adds the P rows up
     scalars:    run-time scalars, name -> DSL type
     reductions: the Combines reduced a row, in order, one exchange each
     """
@@ -76,14 +82,18 @@ class RowOp:
     out: tuple = ()
     row_out: tuple = ()
     extra: tuple = ()
+    col_out: tuple = ()
     scalars: dict = {}
     reductions: tuple = ()
     #: Whether the epilogue wants each value's column index (``v.col``, Int32).
     needs_columns: bool = False
+    #: Whether the fold reads the column inputs (they are then loaded with the row).
+    fold_uses_columns: bool = False
     #: The optional tensors the op's public function passes by default (what ``compile``
     #: builds when it is not told).
     default_present: tuple = ()
-    #: The options the op's public function passes by default.
+    #: The options the op's public function passes by default (the per-row inputs' dtypes by
+    #: default: int64 for a "target", fp32 for the others).
     default_options: tuple = ()
 
     def __init__(self, dtype, n: int, cfg, present: frozenset, in_dtypes: tuple = ()):
@@ -93,6 +103,9 @@ class RowOp:
                              "or 'smem')")
         if cfg.stage == "stream" and len(self.rows) > 1:
             raise ValueError(f"{type(self).__name__} reads {len(self.rows)} rows: a streamed op reads one")
+        if self.col_out and (cfg.stage != "reg" or cfg.cluster_n != 1 or cfg.rows_per_block != 1):
+            raise ValueError(f"{type(self).__name__} sums over rows: it takes one row a block, kept in "
+                             f"registers, no cluster; got {cfg}")
         if not self.out and cfg.stage == "smem":
             raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
                              "stage='smem' buys nothing, use stage='reg'")
@@ -136,15 +149,21 @@ class RowOp:
         """Called by every thread of every block last, after the per-row outputs are written."""
         return None
 
+    def col_values(self, v, results, s) -> dict:
+        """Each value's contribution to the ``col_out`` sums (name -> fp32 values)."""
+        return {}
+
     def fake_extra(self, m):
         return ()
 
     # ---- host side -------------------------------------------------------------------
     @classmethod
     def launch(cls, x, config=None, options=(), *, rows, cols=(), row_in=(), out=(), row_out=(), extra=(),
-               scalars=()):
+               scalars=(), late=None):
         """Launch the op on (M, N) ``rows`` (x among them), each slot's tensors in declared
-        order (None for an absent optional one), compiling it on the first call for its key."""
+        order (None for an absent optional one), compiling it on the first call for its key.
+        ``late(config)``, if given, returns the ``col_out`` tensors and the last scalars, which
+        depend on the configuration (how many blocks)."""
         n = x.shape[1]
         eb = x.element_size()
         vec = validate.access_width(n, eb, rows + out, [c for c in cols if c is not None])
@@ -153,10 +172,11 @@ class RowOp:
         hit = _LAUNCH.get(key)
         if hit is None:
             validate.check_arch(x.device)
-            hit = cls.compile(x.dtype, n, vec, present, tuple(t.dtype for t in row_in), config, options).fn
+            hit = cls.compile(x.dtype, n, vec, present, tuple(t.dtype for t in row_in), config, options)
             _LAUNCH[key] = hit
-        hit((*rows, *out, *(c for c in cols if c is not None), *row_in,
-             *(t for t in row_out + extra if t is not None), *scalars))
+        col_out, more = late(hit.config) if late is not None else ((), ())
+        hit.fn((*rows, *out, *(c for c in cols if c is not None), *row_in,
+                *(t for t in row_out + extra if t is not None), *col_out, *scalars, *more))
 
     @classmethod
     def compile(cls, dtype, n: int, vec: int | None = None, present=None, in_dtypes=None, config=None,
@@ -168,7 +188,7 @@ class RowOp:
         options = cls.default_options if options is None else tuple(options)
         if in_dtypes is None:
             import torch
-            in_dtypes = (torch.int64,) * len(cls.row_in)
+            in_dtypes = tuple(torch.int64 if name == "target" else torch.float32 for name in cls.row_in)
         bits = torch_bits(dtype)
         vec = vec or vector_width(n, bits)
         slots = cls.cols + cls.row_out + cls.extra
@@ -188,6 +208,7 @@ class RowOp:
             args += [fake_vector(TORCH_TO_CUTE[d], m) for d in in_dtypes]
             args += [fake_vector(Float32, m) for name in cls.row_out if name in op.present]
             args += list(op.fake_extra(m))
+            args += [fake_rows(Float32, n, 1) for _ in cls.col_out]
             args += [t(0) for t in cls.scalars.values()]
             return op, (tuple(args), fake_stream()), cfg
         return compile_once(key, build)
@@ -203,9 +224,10 @@ class RowOp:
         row_in = take(self.row_in, False)
         row_out = take(self.row_out, True)
         extra = take(self.extra, True)
+        col_out = take(self.col_out, False)
         scalars = {k: next(it) for k in self.scalars}
         return SimpleNamespace(rows=rows, cols=cols, row_in=row_in, out=out, row_out=row_out, extra=extra,
-                               s=SimpleNamespace(**scalars), x=next(iter(rows.values())))
+                               col_out=col_out, s=SimpleNamespace(**scalars), x=next(iter(rows.values())))
 
     @cute.jit
     def __call__(self, args, stream):
@@ -213,8 +235,11 @@ class RowOp:
         mX = args[0]
         tiled_copy = make_row_copy(mX.element_type, cfg)
         tiler_mn = (cfg.rows_per_block, cfg.cols_per_pass)
+        grid = cute.ceil_div(mX.shape[0], cfg.rows_per_block)
+        if const_expr(len(self.col_out) > 0):
+            grid = self.bind(args).s.blocks
         self.kernel(args, tiled_copy, tiler_mn).launch(
-            grid=[cute.ceil_div(mX.shape[0], cfg.rows_per_block), cfg.cluster_n, 1],
+            grid=[grid, cfg.cluster_n, 1],
             block=[cfg.threads_per_block, 1, 1],
             cluster=[1, cfg.cluster_n, 1] if const_expr(cfg.cluster_n > 1) else None,
             stream=stream,
@@ -223,9 +248,17 @@ class RowOp:
     # ---- device side -----------------------------------------------------------------
     @cute.kernel
     def kernel(self, args, tiled_copy: cute.TiledCopy, tiler_mn: cute.Shape):
-        cfg = self.cfg
         io = self.bind(args)
         b = Block(self, io, tiled_copy, tiler_mn)
+        if const_expr(len(self.col_out) > 0):
+            self.walk_rows(args, b)
+        else:
+            self.row_tile(io, b)
+
+    @cute.jit
+    def row_tile(self, io, b):
+        """One tile of rows: load and fold, the tiers, the epilogue, the per-row values."""
+        cfg = self.cfg
         strategy = STRATEGIES[cfg.stage](self, io, b)
         pre = self.before_loads(io, b)
         strategy.row_values = self.row_inputs(io, b)
@@ -241,6 +274,46 @@ class RowOp:
         strategy.write_rows(results)
         self.write_row_values(io, b, results, pre)
         self.finish(io, b)
+        return strategy, results
+
+    @cute.jit
+    def walk_rows(self, args, b):
+        """The persistent kernel of an op with ``col_out``: block ``bidx`` of ``blocks`` takes rows
+        bidx, bidx + blocks, ..., adds each row's ``col_values`` into fp32 registers, and at the
+        end writes them as row bidx of each ``col_out`` (zero for a block with no rows)."""
+        # (each step binds the arguments afresh: a value the tracer carries through the loop's
+        # body must not stand in for the argument after it)
+        io = self.bind(args)
+        block, m, blocks = b.bidx, b.m, io.s.blocks
+        tXgX, tXcX, tXpX = b.view(io.x, 0)
+        acc = [cute.make_rmem_tensor_like(tXgX, Float32) for _ in self.col_out]
+        for frag in acc:
+            frag.fill(0.0)
+        for row in cutlass.range(block, m, blocks):
+            self.add_row(args, b, acc, row)
+        b.at(block)
+        self.write_partials(args, b, acc, block)
+
+    @cute.jit
+    def add_row(self, args, b, acc, row):
+        io = self.bind(args)
+        b.at(row)
+        strategy, results = self.row_tile(io, b)
+        adds = self.col_values(strategy.values(strategy.x, strategy.cols), results, io.s)
+        for name, frag in zip(self.col_out, acc):
+            frag.store(frag.load() + adds[name])
+        cute.arch.barrier()  # the block tier's slots are written again by the next row
+
+    @cute.jit
+    def write_partials(self, args, b, acc, block):
+        io = self.bind(args)
+        _, tXcX, _ = b.view(io.x, 0)
+        for name, frag in zip(self.col_out, acc):
+            mP = io.col_out[name]
+            for i in cutlass.range(cute.size(frag), unroll_full=True):
+                col = tXcX[i][1]
+                if col < self.n:
+                    mP[block, col] = frag[i]
 
     @cute.jit
     def write_row_values(self, io, b, results, pre):
@@ -250,6 +323,14 @@ class RowOp:
             for name in self.row_out:
                 if const_expr(io.row_out[name] is not None):
                     io.row_out[name][b.row] = values[name]
+
+
+def one_row_a_block(cfg, n: int):
+    """``cfg`` with one row a block (at least a warp of threads, the rest of a short row's threads
+    idle): what a kernel that sums over rows takes."""
+    tpr = max(32, cfg.threads_per_row)
+    vecs = math.ceil(n // cfg.vec / tpr)
+    return replace(cfg, threads_per_row=tpr, threads_per_block=tpr, vecs_per_thread=vecs)
 
 
 def torch_bits(dtype) -> int:
@@ -271,6 +352,7 @@ class Block:
         self.rank = 0 if const_expr(cfg.cluster_n == 1) else rank
         mX = io.x
         self.m = mX.shape[0]
+        self.rows_per_block, self.threads_per_row, self.n = cfg.rows_per_block, cfg.threads_per_row, op.n
         self.row = self.bidx * cfg.rows_per_block + self.tidx // cfg.threads_per_row  # this thread's row
         self.tiler_mn = tiler_mn
         # Partials of the block / cluster tiers live in shared memory, a buffer per reduction.
@@ -288,9 +370,16 @@ class Block:
             self.mbar = self.smem.allocate_array(Int64, num_elems=stages)
             cluster_reduce_setup(self.mbar, stages)
         self.thr = tiled_copy.get_slice(self.tidx)
+        self.m_shape = mX.shape
         self.cX = cute.local_tile(cute.make_identity_tensor(mX.shape), tiler_mn, (self.bidx, None))
         self.even_n = const_expr(op.n == cfg.cols_covered)
         self.load = access_atom(mX.element_type, cfg.vec)
+
+    def at(self, tile):
+        """Move to row tile ``tile`` (a persistent kernel walks them)."""
+        self.bidx = tile
+        self.row = tile * self.rows_per_block + self.tidx // self.threads_per_row
+        self.cX = cute.local_tile(cute.make_identity_tensor(self.m_shape), self.tiler_mn, (tile, None))
 
     def tiles(self, mT):
         """Tensor ``mT`` (M, N) as this block's column tiles: (rows_per_block, cols_per_pass, tile)."""
@@ -371,8 +460,6 @@ class Strategy:
 
     def __init__(self, op: RowOp, io, b: Block):
         self.op, self.io, self.b, self.cfg = op, io, b, op.cfg
-        b.n = op.n
-        b.m_shape = io.x.shape
         self.tile = b.rank
         self.cols = {}
         self.row_values = {}
@@ -411,9 +498,11 @@ class InRegisters(Strategy):
             self.frags[name] = tXrX
             self.tXcX, self.tXpX = tXcX, tXpX
         self.x = {k: f.load().to(Float32) for k, f in self.frags.items()}
+        if const_expr(self.op.fold_uses_columns):
+            self.load_columns()
         state = None
         if const_expr(len(self.op.reductions) > 0):
-            state = self.fold(0, self.values(self.x, {}), [])
+            state = self.fold(0, self.values(self.x, self.cols), [])
         return state
 
     @cute.jit
@@ -429,7 +518,7 @@ class InRegisters(Strategy):
 
     @cute.jit
     def early_columns(self):
-        if const_expr(self.cfg.elems_per_thread <= COLUMNS_EARLY_MAX_ELEMS):
+        if const_expr(self.cfg.elems_per_thread <= COLUMNS_EARLY_MAX_ELEMS and not self.op.fold_uses_columns):
             self.load_columns()
 
     @cute.jit
@@ -441,7 +530,8 @@ class InRegisters(Strategy):
     @cute.jit
     def write_rows(self, results):
         b = self.b
-        if const_expr(len(self.op.out) > 0 and self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS):
+        if const_expr(len(self.op.out) > 0 and self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS
+                      and not self.op.fold_uses_columns):
             self.load_columns()
         ys = self.op.epilogue(self.values(self.x, self.cols, self.tXcX, next(iter(self.frags.values()))), results,
                               self.io.s)

@@ -27,14 +27,15 @@ def _ref_grads(f, inputs, dy):
 
 @pytest.mark.parametrize("n", [1, 7, 64, 1000])
 def test_rmsnorm_backward_formula(n):
+    """The PyTorch form of the backward (rows past the kernel's longest), against autograd."""
     g = torch.Generator().manual_seed(n)
     x, w, dy = torch.randn(5, 3, n, generator=g), torch.randn(n, generator=g), torch.randn(5, 3, n, generator=g)
     rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
-    dx, dw = KF.rmsnorm_backward(dy, x, w, rstd)
+    dx, dw = KF.rmsnorm_backward_torch(dy, x, w, rstd)
     ref = _ref_grads(lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, (x, w), dy)
     torch.testing.assert_close(dx.double(), ref[0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(dw.double(), ref[1], rtol=1e-4, atol=1e-4)
-    dx0, dw0 = KF.rmsnorm_backward(dy, x, None, rstd)
+    dx0, dw0 = KF.rmsnorm_backward_torch(dy, x, None, rstd)
     assert dw0 is None
     torch.testing.assert_close(dx0.double(), _ref_grads(
         lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), (x,), dy)[0], rtol=1e-4, atol=1e-5)
@@ -46,7 +47,7 @@ def test_layernorm_backward_formula(n):
     x, w, b, dy = (torch.randn(6, n, generator=g) * 3 + 1, torch.randn(n, generator=g), torch.randn(n, generator=g),
                    torch.randn(6, n, generator=g))
     mean, rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + 1e-5)
-    dx, dw, db = KF.layernorm_backward(dy, x, w, mean, rstd, True)
+    dx, dw, db = KF.layernorm_backward_torch(dy, x, w, mean, rstd, True)
     ref = _ref_grads(lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5), (x, w, b), dy)
     for got, want in zip((dx, dw, db), ref):
         torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
@@ -289,3 +290,35 @@ def test_two_backward_passes_are_equal_bit_for_bit(op):
         runs.append([v.grad for v in leaves if v.grad is not None])
     for a, b_ in zip(*runs):
         assert torch.equal(a, b_)
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("n", [1, 7, 64, 1000, 1024, 3000, 4096, 8192])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+def test_norm_backward_kernels_against_float64(op, n, dtype):
+    """The persistent kernels: dx row by row, and the weight's (and bias's) gradient summed over
+    rows by P blocks; M of 1, odd, and many more rows than blocks; without a weight too."""
+    from kernels import norm_backward as NB
+    for m in (1, 37, 5000):
+        x = (torch.randn(m, n, device="cuda") * 2 + 0.5).to(dtype)
+        w = torch.randn(n, device="cuda").to(dtype)
+        dy = torch.randn(m, n, device="cuda").to(dtype)
+        x64 = x.double()
+        if op == "rmsnorm":
+            rstd = torch.rsqrt(x64.pow(2).mean(-1) + 1e-6).float()
+            for weight in (w, None):
+                dx = torch.empty_like(x)
+                dw = NB.rmsnorm_backward_out(dy, x, weight, rstd, dx)
+                want = KF.rmsnorm_backward_torch(dy.double(), x64, None if weight is None else weight.double(),
+                                                 rstd.double())
+                _close(dx, want[0], dtype, f"dx N={n} M={m}")
+                if weight is not None:
+                    _close(dw, want[1], torch.float32, f"dw N={n} M={m}")
+        else:
+            mean, rstd = x64.mean(-1).float(), torch.rsqrt(x64.var(-1, unbiased=False) + 1e-5).float()
+            dx = torch.empty_like(x)
+            dw, db = NB.layernorm_backward_out(dy, x, w, mean, rstd, dx)
+            want = KF.layernorm_backward_torch(dy.double(), x64, w.double(), mean.double(), rstd.double(), True)
+            for name, got, ref in (("dx", dx, want[0]), ("dw", dw, want[1]), ("db", db, want[2])):
+                _close(got, ref, dtype if name == "dx" else torch.float32, f"{name} N={n} M={m}")

@@ -247,3 +247,24 @@ def test_backward_kernels_read_and_write_with_128_bit_accesses(n, dtype):
     assert ce.config.stage == "stream" and ce.widths("global stores") == {width}
     assert width in ce.widths("global loads") and not ce.has("warp shuffles") and not ce.has("block barriers")
     assert ce.frame_bytes == 0
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("n", [1, 7, 64, 1000, 1024, 4097, 8192])
+@pytest.mark.parametrize("op", ["rmsnorm_backward", "layernorm_backward"])
+def test_norm_backward_kernels_walk_rows_without_spills(op, n, dtype):
+    """The persistent kernels: one block a row at a time (a loop back to the next row, a block
+    barrier a row for the exchange's slots), x, dy and the weight read with the widest access
+    N allows, one fp32 partial per column written once, nothing spilled."""
+    rep = inspect_op(op, dtype, n)
+    cfg = rep.config
+    assert cfg.rows_per_block == 1 and cfg.cluster_n == 1 and cfg.stage == "reg"
+    assert rep.frame_bytes == 0 and not rep.has("local memory")
+    width = vector_width(n, BITS[dtype]) * BITS[dtype]
+    assert width in rep.widths("global loads") and width in rep.widths("global stores")
+    assert 32 in rep.widths("global stores")  # the partials, one fp32 a column
+    if cfg.warps_per_row > 1:
+        assert rep.counts["block barriers"]["bar.sync"] >= 2  # the exchange's and the next row's
+    assert re.search(r"bra(\.uni)?\s+\$L__BB0_\d+;", rep.ptx)
+    with pytest.raises(ValueError, match="largest row"):
+        inspect_op(op, dtype, 16384)

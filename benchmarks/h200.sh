@@ -3,6 +3,7 @@
 #   bash benchmarks/h200.sh tests       GPU tests (everything that launches a kernel)
 #   bash benchmarks/h200.sh suites A..  benchmark suites into book/data
 #   bash benchmarks/h200.sh notebooks [NB ...]   execute chapters in place (all by default), then nbval them
+#   bash benchmarks/h200.sh sanitize    compute-sanitizer memcheck, racecheck and synccheck over every kernel
 #   bash benchmarks/h200.sh mamba2 [ARGS]  the Mamba-2 SSD suite (benchmarks/mamba2.py; e.g. --quick, --shapes 0,1);
 #       it writes after every row. TileGym tunes 2-4 minutes a chunk: (1, 65536, 64) tuned at every chunk
 #       ran past 560 s (45a2884), so split such a run with --chunks and --append, and compile TileGym's
@@ -29,6 +30,12 @@ case $stage in
     timeout "${SUITE_TIMEOUT:-560}" python3 -m benchmarks.run "$@" 2>&1 | tee "$log/suites.log" \
       | grep -E "ceilings|wrote|Error" ;
     cp book/data/*.csv book/data/*.json "$log/" ;;
+  sanitize)  # compute-sanitizer over every kernel (benchmarks/sanitize.py), one log a tool
+    for tool in memcheck racecheck synccheck; do
+      timeout "${SANITIZE_TIMEOUT:-170}" compute-sanitizer --tool $tool --report-api-errors no \
+        python3 -m benchmarks.sanitize > "$log/sanitize_$tool.log" 2>&1
+      echo "$tool: exit $? $(grep -c 'ERROR SUMMARY' "$log/sanitize_$tool.log") summaries: $(grep 'ERROR SUMMARY' "$log/sanitize_$tool.log" | tail -1)"
+    done ;;
   mamba2)
     timeout "${MAMBA2_TIMEOUT:-560}" python3 -m benchmarks.mamba2 "$@" 2>&1 | tee "$log/mamba2.log" \
       | grep -E -i "ceiling|cuda.tile|error|^  |wrote" | cut -c1-300 ;

@@ -269,6 +269,7 @@ SUITES = {
     "softmax": suite_op("softmax"),
     "cross_entropy": suite_op("cross_entropy"),
     "host_latency": suite_host_latency,
+    "backward": lambda args, ceil: __import__("benchmarks.backward", fromlist=["suite"]).suite(args, ceil),
 }
 OP_SUITES = ("rmsnorm", "layernorm", "softmax", "cross_entropy")
 
@@ -295,7 +296,7 @@ def main(argv=None):
                            "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
                            **({"rounds": a.rounds, "timing": "median of the rounds (rounds_us), the order of the "
                                "implementations alternating; each round the median of 20 calls after 3 warm-up"}
-                              if s in OP_SUITES else {}),
+                              if s in OP_SUITES + ("backward",) else {}),
                            **({"rounds": a.rounds, "timing": f"wall time per call: {HOST_CALLS} calls back to "
                                "back then a synchronize, the median of the rounds (rounds_us), the order "
                                "alternating"} if s == "host_latency" else {}),

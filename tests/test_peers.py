@@ -67,3 +67,13 @@ def test_sweep_candidates_are_configurations_the_template_takes_or_rejects_clear
                     cfg.check(n, bits)
                 except ValueError as e:
                     assert str(e)
+
+
+def test_backward_suite_counts_the_bytes_a_training_step_moves():
+    """RMSNorm, LayerNorm and softmax: 2MN forward, 3MN backward, 5MN both; cross-entropy: MN,
+    2MN, 3MN; every op has ours, torch, torch.compile, Liger and QuACK entries."""
+    from benchmarks.backward import OPS, PASSES, elements, implementations
+    assert [elements("rmsnorm", p) for p in PASSES] == [2, 3, 5]
+    assert [elements("cross_entropy", p) for p in PASSES] == [1, 2, 3]
+    for op in OPS:
+        assert [name for name, _ in implementations(op)] == ["ours", "torch", "torch.compile", "liger", "quack"]

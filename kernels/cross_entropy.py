@@ -27,7 +27,7 @@ from cutlass import Float32, Int32, Int64, const_expr
 
 from . import errors, validate
 from .compile import fake_vector
-from .reduce import LOG2_E, LOGSUMEXP2, Combine, exp_minus, warp_reduce
+from .reduce import LOG2_E, LOGSUMEXP2, LOGSUMEXP2_SUM, Combine, exp_minus, warp_reduce
 from .rowkernel import RowOp
 
 LN_2 = math.log(2.0)
@@ -35,21 +35,26 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 class CrossEntropy(RowOp):
-    """options: (reduction,). For "mean" and "sum", ``work`` holds the result (element 0), then
-    each block's partial sum and then its count of rows not ignored (at most M of each), and
-    ``counter`` counts the blocks done."""
+    """options: (reduction, smoothing, zloss). For "mean" and "sum", ``work`` holds the result
+    (element 0), then each block's partial sum and then its count of rows not ignored (at most M
+    of each), and ``counter`` counts the blocks done. With ``smoothing`` the loss is torch's with
+    label smoothing e, (1 - e) (lse - x_t) + e (lse - mean(x)), the row's sum reduced in the same
+    exchange (logits of -inf left out of it, where torch's loss would be infinite); with
+    ``zloss`` it adds z lse^2 (PaLM's z-loss)."""
 
     table = "cross_entropy"
     row_in = ("target",)
     row_out = ("loss", "lse")
     extra = ("work", "counter")
-    scalars = {"ignore_index": Int32, "flag": Int64}
+    scalars = {"ignore_index": Int32, "flag": Int64, "smoothing": Float32, "z": Float32}
     reductions = (LOGSUMEXP2,)
     default_present = ("work", "counter")
-    default_options = ("mean",)
+    default_options = ("mean", False, False)
 
-    def __init__(self, dtype, n, cfg, present, in_dtypes, reduction: str):
-        self.reduction = reduction
+    def __init__(self, dtype, n, cfg, present, in_dtypes, reduction: str, smoothing: bool, zloss: bool):
+        self.reduction, self.smoothing, self.zloss = reduction, smoothing, zloss
+        if smoothing:
+            self.reductions = (LOGSUMEXP2_SUM,)
         super().__init__(dtype, n, cfg, present, in_dtypes)
 
     def fake_extra(self, m):
@@ -107,8 +112,11 @@ class CrossEntropy(RowOp):
         s = sum of exp2(x log2 e - M), and its target's logit: ln 2 (M - x_t log2 e) + ln s,
         the first term one fma (x_t log2 e exact inside it), so that M's rounding, which
         scales every term of s alike, cancels; with x_t the max it leaves ln s alone."""
-        big, denom = result
+        big, denom = result[0], result[1]
         return cute.math.fma(x_t, Float32(-LOG2_E), big) * LN_2 + cute.math.log(denom, fastmath=False)
+
+    def lse(self, result):
+        return result[0] * LN_2 + cute.math.log(result[1], fastmath=False)
 
     @cute.jit
     def row_values(self, io, b, results, pre):
@@ -127,14 +135,19 @@ class CrossEntropy(RowOp):
             counted = Int32(1)
             if target >= 0 and target < self.n:
                 loss = self.loss(result, x_t)
+                if const_expr(self.smoothing):
+                    e = io.s.smoothing
+                    loss = (1.0 - e) * loss + e * (self.lse(result) - result[2] / self.n)
+                if const_expr(self.zloss):
+                    lse = self.lse(result)
+                    loss = loss + io.s.z * lse * lse
             else:
                 loss = Float32(math.nan)
                 flag[0] = Int32(1)
         if const_expr(self.reduction != "none"):
             b.sums[b.tidx // self.cfg.threads_per_row] = loss
             b.counts[b.tidx // self.cfg.threads_per_row] = counted
-        big, denom = result
-        return {"loss": loss, "lse": big * LN_2 + cute.math.log(denom, fastmath=False)}
+        return {"loss": loss, "lse": self.lse(result)}
 
     @cute.jit
     def finish(self, io, b):
@@ -181,18 +194,19 @@ class CrossEntropy(RowOp):
 class CrossEntropyBackward(RowOp):
     """dlogits = (exp(x - lse) - onehot(target)) g over each row, from the forward's logsumexp:
     reads the logits, writes their gradient (in place, over the logits, if asked); nothing to
-    reduce. g is the row's share of the loss's gradient (``dloss``: one a row, or one for all,
-    options (per_row,)), 0 where the target is ignore_index."""
+    reduce. g is the row's share of the loss's gradient (``dloss``: one a row, or one for all),
+    0 where the target is ignore_index. options (per_row, smoothing, zloss): with label smoothing
+    e the one-hot becomes (1 - e) onehot + e / N, with the z-loss p gains a factor 1 + 2 z lse."""
 
     table = "cross_entropy_bwd"
     row_in = ("target", "lse", "dloss")
     out = ("dx",)
-    scalars = {"ignore_index": Int32}
+    scalars = {"ignore_index": Int32, "smoothing": Float32, "z": Float32}
     needs_columns = True
-    default_options = (True,)
+    default_options = (True, False, False)
 
-    def __init__(self, dtype, n, cfg, present, in_dtypes, per_row: bool):
-        self.per_row = per_row
+    def __init__(self, dtype, n, cfg, present, in_dtypes, per_row: bool, smoothing: bool, zloss: bool):
+        self.per_row, self.smoothing, self.zloss = per_row, smoothing, zloss
         super().__init__(dtype, n, cfg, present, in_dtypes)
 
     @cute.jit
@@ -210,11 +224,17 @@ class CrossEntropyBackward(RowOp):
 
     def epilogue(self, v, results, s):
         p = exp_minus(v.x, v.lse)
-        return {"dx": cute.where(v.col == v.target, p - 1.0, p) * v.g}
+        if self.zloss:
+            p = p * (1.0 + 2.0 * s.z * v.lse)
+        hit = 1.0 - s.smoothing if self.smoothing else 1.0
+        if self.smoothing:
+            p = p - s.smoothing / self.n
+        return {"dx": cute.where(v.col == v.target, p - hit, p) * v.g}
 
 
 def cross_entropy_backward_out(dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
-                               dlogits: torch.Tensor, ignore_index: int = -100, *, config=None) -> torch.Tensor:
+                               dlogits: torch.Tensor, ignore_index: int = -100, *, label_smoothing: float = 0.0,
+                               lse_square_scale: float = 0.0, config=None) -> torch.Tensor:
     """Write the gradient of the per-row losses into ``dlogits`` (the logits' shape and dtype; the
     logits themselves for an in-place backward): ``dloss`` holds one gradient a row (M,) or one
     for every row (1,), already divided by the count for a mean; ``lse`` is the forward's."""
@@ -227,8 +247,9 @@ def cross_entropy_backward_out(dloss: torch.Tensor, logits: torch.Tensor, target
     validate.per_row(dloss.reshape(-1), m if per_row else 1, logits.device, "dloss")
     validate.on_cuda(logits, "logits")
     if m:
-        CrossEntropyBackward.launch(rows, config, (per_row,), rows=(rows,), row_in=(target, lse, dloss.reshape(-1)),
-                                    out=(validate.rows(dlogits, "dlogits"),), scalars=(ignore_index,))
+        CrossEntropyBackward.launch(rows, config, (per_row, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
+                                    row_in=(target, lse, dloss.reshape(-1)), out=(validate.rows(dlogits, "dlogits"),),
+                                    scalars=(ignore_index, float(label_smoothing), float(lse_square_scale)))
     return dlogits
 
 
@@ -251,9 +272,11 @@ def _counter(device: torch.device) -> torch.Tensor:
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
-                  reduction: str = "mean", *, return_lse: bool = False, config=None):
+                  reduction: str = "mean", *, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
+                  return_lse: bool = False, config=None):
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
-    ``F.cross_entropy`` (fp32 accumulation; a fp32 loss per row for "none", else a scalar).
+    ``F.cross_entropy`` (fp32 accumulation; a fp32 loss per row for "none", else a scalar), with
+    torch's ``label_smoothing`` and PaLM's z-loss (``lse_square_scale`` times lse^2 a row).
     With ``return_lse``, also each row's logsumexp (fp32, M). No host sync: a target outside
     [0, N) that is not ignore_index makes its row's loss NaN and is reported by a later call or
     by ``kernels.check_errors()`` (:mod:`kernels.errors`)."""
@@ -266,6 +289,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     validate.per_row(target, m, logits.device, "target", (torch.int64, torch.int32))
     if not -(2**31) <= ignore_index < 2**31:
         raise ValueError("ignore_index must fit in int32")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     validate.on_cuda(logits, "logits")
     validate.no_autograd("kernels.cross_entropy.cross_entropy", logits)
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
@@ -277,9 +302,10 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         work = torch.empty(1 + 2 * m, dtype=torch.float32, device=device)
         counter = _counter(device)
     if m:
-        CrossEntropy.launch(rows, config, (reduction,), rows=(rows,), row_in=(target,), row_out=(loss, lse),
-                            extra=(work, counter),
-                            scalars=(ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET)))
+        CrossEntropy.launch(rows, config, (reduction, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
+                            row_in=(target,), row_out=(loss, lse), extra=(work, counter),
+                            scalars=(ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET),
+                                     float(label_smoothing), float(lse_square_scale)))
     elif work is not None:
         work[0] = 0.0 if reduction == "sum" else math.nan
     out = loss if reduction == "none" else work[0]
@@ -287,26 +313,36 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
 
 
 def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
-                            reduction: str = "mean") -> torch.Tensor:
-    return torch.nn.functional.cross_entropy(logits.double(), target.long(), ignore_index=ignore_index,
-                                             reduction=reduction)
+                            reduction: str = "mean", label_smoothing: float = 0.0,
+                            lse_square_scale: float = 0.0) -> torch.Tensor:
+    x64 = logits.double()
+    loss = torch.nn.functional.cross_entropy(x64, target.long(), ignore_index=ignore_index, reduction="none",
+                                             label_smoothing=label_smoothing)
+    keep = target != ignore_index
+    loss = loss + torch.where(keep, lse_square_scale * torch.logsumexp(x64, -1) ** 2, 0.0)
+    if reduction == "none":
+        return loss
+    return loss.sum() if reduction == "sum" else loss.sum() / keep.sum()
 
 
 def row_gradients(dloss: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor:
     """Each row's share of the loss's gradient, as ``cross_entropy_backward_out`` takes it: one a
     row for "none"; one for all rows for "sum"; for "mean" that one over the rows not ignored."""
     if reduction == "none":
-        return dloss.float().reshape(-1)
-    g = dloss.float().reshape(1)
+        return dloss.reshape(-1)
+    g = dloss.reshape(1)
     return g / (target != ignore_index).sum() if reduction == "mean" else g
 
 
-def cross_entropy_backward_reference(dloss, logits, target, ignore_index: int = -100, reduction: str = "mean"):
-    """dlogits in PyTorch (float64): (softmax - onehot) times each row's share of dloss, zero for
-    ignored rows."""
+def cross_entropy_backward_reference(dloss, logits, target, ignore_index: int = -100, reduction: str = "mean",
+                                     label_smoothing: float = 0.0, lse_square_scale: float = 0.0):
+    """dlogits in PyTorch (float64): (softmax (1 + 2 z lse) - (1 - e) onehot - e / N) times each
+    row's share of dloss, zero for ignored rows."""
     keep = target != ignore_index
     g = row_gradients(dloss.double(), target, ignore_index, reduction).double().expand(target.shape)
     g = torch.where(keep, g, torch.zeros_like(g))
-    p = torch.softmax(logits.double(), -1)
+    x64 = logits.double()
+    p = torch.softmax(x64, -1) * (1 + 2 * lse_square_scale * torch.logsumexp(x64, -1, keepdim=True))
     onehot = torch.nn.functional.one_hot(torch.where(keep, target, 0).long(), logits.shape[-1]).double()
-    return (p - onehot) * g.unsqueeze(-1)
+    e = label_smoothing
+    return (p - (1 - e) * onehot - e / logits.shape[-1]) * g.unsqueeze(-1)

@@ -245,14 +245,15 @@ def softmax(x: Tensor, dim: int = -1, *, config=None) -> Tensor:
 
 # ---- cross-entropy --------------------------------------------------------------------------
 @torch.library.custom_op(f"{LIB}::cross_entropy", mutates_args=(), device_types="cuda")
-def _cross_entropy_op(logits: Tensor, target: Tensor, ignore_index: int, reduction: str,
-                      inplace_backward: bool) -> tuple[Tensor, Tensor]:
-    loss, lse = _ce.cross_entropy(logits, target, ignore_index, reduction, return_lse=True)
+def _cross_entropy_op(logits: Tensor, target: Tensor, ignore_index: int, reduction: str, label_smoothing: float,
+                      lse_square_scale: float, inplace_backward: bool) -> tuple[Tensor, Tensor]:
+    loss, lse = _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
+                                  lse_square_scale=lse_square_scale, return_lse=True)
     return loss, lse
 
 
 @_cross_entropy_op.register_fake
-def _(logits, target, ignore_index, reduction, inplace_backward):
+def _(logits, target, ignore_index, reduction, label_smoothing, lse_square_scale, inplace_backward):
     if reduction not in _ce.REDUCTIONS:
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     m = logits.shape[0]
@@ -261,53 +262,61 @@ def _(logits, target, ignore_index, reduction, inplace_backward):
 
 
 @torch.library.custom_op(f"{LIB}::cross_entropy_backward", mutates_args=(), device_types="cuda")
-def _cross_entropy_backward_op(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int) -> Tensor:
-    return _ce.cross_entropy_backward_out(g, logits, target, lse, torch.empty_like(logits), ignore_index)
+def _cross_entropy_backward_op(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
+                               label_smoothing: float, lse_square_scale: float) -> Tensor:
+    return _ce.cross_entropy_backward_out(g, logits, target, lse, torch.empty_like(logits), ignore_index,
+                                          label_smoothing=label_smoothing, lse_square_scale=lse_square_scale)
 
 
 @_cross_entropy_backward_op.register_fake
-def _(g, logits, target, lse, ignore_index):
+def _(g, logits, target, lse, ignore_index, label_smoothing, lse_square_scale):
     return torch.empty_like(logits)
 
 
 @torch.library.custom_op(f"{LIB}::cross_entropy_backward_", mutates_args=("logits",), device_types="cuda")
-def _cross_entropy_backward_inplace_op(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor,
-                                       ignore_index: int) -> None:
-    _ce.cross_entropy_backward_out(g, logits, target, lse, logits, ignore_index)
+def _cross_entropy_backward_inplace_op(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
+                                       label_smoothing: float, lse_square_scale: float) -> None:
+    _ce.cross_entropy_backward_out(g, logits, target, lse, logits, ignore_index, label_smoothing=label_smoothing,
+                                   lse_square_scale=lse_square_scale)
 
 
 @_cross_entropy_backward_inplace_op.register_fake
-def _(g, logits, target, lse, ignore_index):
+def _(g, logits, target, lse, ignore_index, label_smoothing, lse_square_scale):
     return None
 
 
 def _cross_entropy_setup(ctx, inputs, output):
-    logits, target, ignore_index, reduction, inplace = inputs
-    ctx.ignore_index, ctx.reduction, ctx.inplace = ignore_index, reduction, inplace
+    logits, target, ignore_index, reduction, smoothing, z, inplace = inputs
+    ctx.ignore_index, ctx.reduction, ctx.inplace, ctx.smoothing, ctx.z = ignore_index, reduction, inplace, smoothing, z
     ctx.save_for_backward(logits, target, output[1])
 
 
 def _cross_entropy_bwd(ctx, dloss, _dlse):
     logits, target, lse = ctx.saved_tensors
-    g = _ce.row_gradients(dloss, target, ctx.ignore_index, ctx.reduction)
+    g = _ce.row_gradients(dloss.float(), target, ctx.ignore_index, ctx.reduction)
+    args = (g, logits, target, lse, ctx.ignore_index, ctx.smoothing, ctx.z)
     if ctx.inplace:
-        _cross_entropy_backward_inplace_op(g, logits, target, lse, ctx.ignore_index)
-        return logits, None, None, None, None
-    return _cross_entropy_backward_op(g, logits, target, lse, ctx.ignore_index), None, None, None, None
+        _cross_entropy_backward_inplace_op(*args)
+        return logits, None, None, None, None, None, None
+    return _cross_entropy_backward_op(*args), None, None, None, None, None, None
 
 
 _cross_entropy_op.register_autograd(_cross_entropy_bwd, setup_context=_cross_entropy_setup)
 
 
 def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean", *,
-                  return_lse: bool = False, inplace_backward: bool = False, config=None):
+                  label_smoothing: float = 0.0, lse_square_scale: float = 0.0, return_lse: bool = False,
+                  inplace_backward: bool = False, config=None):
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
-    ``F.cross_entropy``; differentiable in the logits (with ``inplace_backward``, the gradient
-    overwrites the logits, saving an (M, N) buffer: the logits must not be used after the
-    backward). No host sync: a bad target makes its row's loss NaN and is reported later
+    ``F.cross_entropy`` with its ``label_smoothing``, plus PaLM's z-loss (``lse_square_scale``
+    times each row's lse^2); differentiable in the logits (with ``inplace_backward``, the
+    gradient overwrites the logits, saving an (M, N) buffer: the logits must not be used after
+    the backward). No host sync: a bad target makes its row's loss NaN and is reported later
     (``kernels.errors``)."""
     if _needs_autograd(logits):
         _eager_only(config, "cross_entropy")
-        loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction, inplace_backward)
+        loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction, float(label_smoothing),
+                                      float(lse_square_scale), inplace_backward)
         return (loss, lse) if return_lse else loss
-    return _ce.cross_entropy(logits, target, ignore_index, reduction, return_lse=return_lse, config=config)
+    return _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
+                             lse_square_scale=lse_square_scale, return_lse=return_lse, config=config)

@@ -60,8 +60,8 @@ class LayerNorm(torch.nn.Module):
 
 
 class CrossEntropyLoss(torch.nn.Module):
-    """As ``torch.nn.CrossEntropyLoss(weight=None, ignore_index=-100, reduction="mean")`` over
-    logits (M, N) and class targets (M,)."""
+    """As ``torch.nn.CrossEntropyLoss(weight=None, ignore_index=-100, reduction="mean",
+    label_smoothing=0.0)`` over logits (M, N) and class targets (M,)."""
 
     def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                  reduction: str = "mean", label_smoothing: float = 0.0):
@@ -70,11 +70,11 @@ class CrossEntropyLoss(torch.nn.Module):
             raise NotImplementedError("CrossEntropyLoss: per-class weights are not supported")
         if size_average is not None or reduce is not None:
             raise ValueError("CrossEntropyLoss: size_average and reduce are deprecated in torch; use reduction=")
-        if label_smoothing != 0.0:
-            raise NotImplementedError("CrossEntropyLoss: label_smoothing is not supported yet")
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-        self.ignore_index, self.reduction = ignore_index, reduction
+        self.ignore_index, self.reduction, self.label_smoothing = ignore_index, reduction, label_smoothing
 
     def forward(self, logits, target):
-        return F.cross_entropy(logits, target, self.ignore_index, self.reduction)
+        return F.cross_entropy(logits, target, self.ignore_index, self.reduction, label_smoothing=self.label_smoothing)

@@ -159,6 +159,18 @@ def _log2_fold_bf16(buf):
 LOGSUMEXP2 = Combine("logsumexp2", (-math.inf, 0.0), _log2_combine, _log2_fold, -math.inf, _log2_fold_bf16)
 
 
+def _log2_sum_fold(x):
+    """``_log2_fold`` and the row's plain sum (elements of -inf, the padding among them, left
+    out of the sum)."""
+    return (*_log2_fold(x), cute.where(x == -math.inf, cute.full_like(x, 0.0), x).reduce(
+        cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
+
+
+#: LOGSUMEXP2's pair and the row's sum, in one exchange (cross-entropy with label smoothing).
+LOGSUMEXP2_SUM = Combine("logsumexp2_sum", (-math.inf, 0.0, 0.0),
+                         lambda a, b: (*_log2_combine(a[:2], b[:2]), a[2] + b[2]), _log2_sum_fold, -math.inf)
+
+
 
 def thread_reduce(x: cute.TensorSSA, op: Combine):
     """Thread tier: fold this thread's registers into one tuple (no communication)."""

@@ -213,3 +213,33 @@ def test_cross_entropy_backward_kernel(n, dtype):
 def _row_gradients(dloss, t, reduction):
     from kernels.cross_entropy import row_gradients
     return row_gradients(dloss, t, -100, reduction)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n", [7, 1000, 50257, 131072, 262144])
+@pytest.mark.parametrize("smoothing, z", [(0.1, 0.0), (0.0, 1e-4), (0.2, 1e-3)])
+def test_label_smoothing_and_z_loss(n, dtype, smoothing, z):
+    """Forward (the row's sum reduced beside the pair) and backward against float64, every
+    reduction, ignored rows, through autograd too."""
+    from kernels.cross_entropy import cross_entropy_backward_out, cross_entropy_backward_reference
+    m = 33
+    x = (torch.randn(m, n, device="cuda") * 3).to(dtype)
+    t = torch.randint(0, n, (m,), device="cuda")
+    t[::4] = -100
+    kw = dict(label_smoothing=smoothing, lse_square_scale=z)
+    for reduction in ("none", "mean", "sum"):
+        out = cross_entropy(x, t, reduction=reduction, **kw)
+        ref = cross_entropy_reference(x, t, -100, reduction, smoothing, z)
+        torch.testing.assert_close(out.double(), ref, rtol=2e-5, atol=2e-5)
+    _, lse = cross_entropy(x, t, reduction="none", return_lse=True, **kw)
+    dloss = torch.randn(m, device="cuda")
+    dx = cross_entropy_backward_out(dloss, x, t, lse, torch.empty_like(x), label_smoothing=smoothing,
+                                    lse_square_scale=z)
+    ref = cross_entropy_backward_reference(dloss, x, t, -100, "none", smoothing, z)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(dx.double(), ref, rtol=tol, atol=ref.abs().max().item() * tol)
+    import kernels
+    xg = x.clone().requires_grad_()
+    kernels.cross_entropy(xg, t, **kw).backward()
+    want = cross_entropy_backward_reference(torch.tensor(1.0, device="cuda"), x, t, -100, "mean", smoothing, z)
+    torch.testing.assert_close(xg.grad.double(), want, rtol=tol, atol=want.abs().max().item() * tol)

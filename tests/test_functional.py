@@ -63,6 +63,24 @@ def test_softmax_backward_reference(n):
     torch.testing.assert_close(dx, _ref_grads(lambda x: torch.softmax(x, -1), (x,), dy)[0], rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("smoothing, z", [(0.0, 0.0), (0.1, 0.0), (0.0, 1e-3), (0.2, 1e-2)])
+def test_cross_entropy_references_with_smoothing_and_z_loss(smoothing, z):
+    """The forward reference is torch's loss with label smoothing plus z lse^2 a row kept; the
+    backward reference is its gradient (autograd of the forward reference)."""
+    from kernels.cross_entropy import cross_entropy_backward_reference, cross_entropy_reference
+    g = torch.Generator().manual_seed(4)
+    x, t = torch.randn(13, 200, generator=g), torch.randint(0, 200, (13,), generator=g)
+    t[::5] = -100
+    for reduction in ("mean", "sum", "none"):
+        dloss = torch.randn(13 if reduction == "none" else (), generator=g)
+        ref = _ref_grads(lambda x: cross_entropy_reference(x, t, -100, reduction, smoothing, z), (x,), dloss)[0]
+        got = cross_entropy_backward_reference(dloss, x, t, -100, reduction, smoothing, z)
+        torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12)
+    plain = cross_entropy_reference(x, t, -100, "none", smoothing, 0.0)
+    torch.testing.assert_close(plain, torch.nn.functional.cross_entropy(x.double(), t, reduction="none",
+                                                                        label_smoothing=smoothing))
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_cross_entropy_backward_reference(reduction):
     """Each row's share of the loss's gradient (row_gradients, what the kernel is handed) and the
@@ -127,8 +145,9 @@ def test_modules_take_torchs_arguments_and_refuse_what_they_cannot_do():
         knn.LayerNorm((4, 64))
     with pytest.raises(NotImplementedError, match="per-class weights"):
         knn.CrossEntropyLoss(weight=torch.ones(10))
-    with pytest.raises(NotImplementedError, match="label_smoothing"):
-        knn.CrossEntropyLoss(label_smoothing=0.1)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        knn.CrossEntropyLoss(label_smoothing=1.5)
+    assert knn.CrossEntropyLoss(label_smoothing=0.1).label_smoothing == 0.1
     with pytest.raises(ValueError, match="reduction"):
         knn.CrossEntropyLoss(reduction="avg")
     x = _meta(3, 64)

@@ -85,3 +85,5 @@ def test_cross_entropy_checks():
         cross_entropy(x, torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="ignore_index"):
         cross_entropy(x, torch.zeros(4, dtype=torch.long), ignore_index=2**40)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        cross_entropy(x, torch.zeros(4, dtype=torch.long), label_smoothing=-0.1)

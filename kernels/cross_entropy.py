@@ -151,13 +151,21 @@ class CrossEntropy(RowOp):
 
     @cute.jit
     def finish(self, io, b):
-        """"mean" or "sum": the block's partial, then, in the last block, the result."""
+        """"mean" or "sum", in two levels so that no block adds up more than a few values a
+        thread: each block writes its partial (the rows' losses and the count of rows not
+        ignored); the last block of each GROUP blocks (a counter a group) adds up the group's; the
+        last group to close (one more counter) adds up the groups' and writes the result. The
+        order of every sum is fixed, whichever blocks finish last."""
         if const_expr(self.reduction != "none"):
             cfg = self.cfg
             work, counter = io.extra["work"], io.extra["counter"]
             sums, counts, last = b.sums, b.counts, b.last
             tidx, bidx, m = b.tidx, b.bidx, b.m
             blocks = cute.arch.grid_dim()[0]
+            groups = (blocks + GROUP - 1) // GROUP
+            group = bidx // GROUP
+            in_group = cutlass.min(GROUP, blocks - group * GROUP)
+            at_groups = 1 + 2 * m  # work: [0] result, [1, 1 + m) block sums, then counts, then groups'
             if b.rank == 0:  # a cluster's other blocks write no losses
                 cute.arch.barrier()
                 if tidx == 0:
@@ -166,29 +174,52 @@ class CrossEntropy(RowOp):
                         total, count = total + sums[r], count + counts[r]
                     work[1 + bidx] = total
                     work[1 + m + bidx] = count.bitcast(Float32)
-                    done = cute.arch.atomic_add(counter.iterator, Int32(1), sem="acq_rel", scope="gpu")
-                    last[0] = Int32(done == blocks - 1)
+                    done = cute.arch.atomic_add((counter.iterator + 1 + group), Int32(1), sem="acq_rel", scope="gpu")
+                    last[0] = Int32(done == in_group - 1)
                 cute.arch.barrier()
-                if last[0] != 0:
-                    # Every block's partial is in: add them up in a fixed order (a stride of the
-                    # block's threads each, then each warp, then the warps), whichever block is last.
+                if last[0] != 0:  # this block closes its group
                     cute.arch.fence_acq_rel_gpu()
-                    total, count = Float32(0.0), Int32(0)
-                    for i in cutlass.range(tidx, blocks, cfg.threads_per_block):
-                        total, count = total + work[1 + i], count + work[1 + m + i].bitcast(Int32)
-                    total, count = warp_reduce((total, count), SUM_PAIR)
-                    if cute.arch.lane_idx() == 0:
-                        sums[cute.arch.warp_idx()] = total
-                        counts[cute.arch.warp_idx()] = count
-                    cute.arch.barrier()
+                    total, count = self.block_sum(b, work, 1 + group * GROUP, 1 + m + group * GROUP, in_group)
                     if tidx == 0:
-                        total, count = Float32(0.0), Int32(0)
-                        for w in cutlass.range(cfg.threads_per_block // 32):
-                            total, count = total + sums[w], count + counts[w]
-                        if const_expr(self.reduction == "mean"):
-                            total = total / Float32(count)
-                        work[0] = total
-                        counter[0] = Int32(0)  # for the next launch on this stream
+                        work[at_groups + group] = total
+                        work[at_groups + groups + group] = count.bitcast(Float32)
+                        counter[1 + group] = Int32(0)  # for the next launch on this stream
+                        done = cute.arch.atomic_add(counter.iterator, Int32(1), sem="acq_rel", scope="gpu")
+                        last[0] = Int32(done == groups - 1)
+                    cute.arch.barrier()
+                    if last[0] != 0:  # and the last group: the result
+                        cute.arch.fence_acq_rel_gpu()
+                        total, count = self.block_sum(b, work, at_groups, at_groups + groups, groups)
+                        if tidx == 0:
+                            if const_expr(self.reduction == "mean"):
+                                total = total / Float32(count)
+                            work[0] = total
+                            counter[0] = Int32(0)
+
+    @cute.jit
+    def block_sum(self, b, work, at_sums, at_counts, n):
+        """The sum of the ``n`` sums at ``work[at_sums:]`` and of the ``n`` counts at
+        ``work[at_counts:]`` (fp32 bits of int32), in a fixed order: a stride of the block's
+        threads each, then each warp, then the warps; thread 0 holds the result."""
+        total, count = Float32(0.0), Int32(0)
+        for i in cutlass.range(b.tidx, n, self.cfg.threads_per_block):
+            total, count = total + work[at_sums + i], count + work[at_counts + i].bitcast(Int32)
+        total, count = warp_reduce((total, count), SUM_PAIR)
+        sums, counts = b.sums, b.counts
+        cute.arch.barrier()  # the slots may still be read by the level before
+        if cute.arch.lane_idx() == 0:
+            sums[cute.arch.warp_idx()] = total
+            counts[cute.arch.warp_idx()] = count
+        cute.arch.barrier()
+        total, count = Float32(0.0), Int32(0)
+        if b.tidx == 0:
+            for w in cutlass.range(self.cfg.threads_per_block // 32):
+                total, count = total + sums[w], count + counts[w]
+        return total, count
+
+
+#: Blocks whose partials one block of cross-entropy's reduced loss adds up (the first level).
+GROUP = 128
 
 
 class CrossEntropyBackward(RowOp):
@@ -259,15 +290,16 @@ SUM_PAIR = Combine("sum_pair", (0.0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1])
 _COUNTERS: dict = {}
 
 
-def _counter(device: torch.device) -> torch.Tensor:
-    """The block counter of the launches on the current stream of ``device``: zeroed once, and
-    back at zero after every launch (its last block resets it). One a stream, so that launches
-    on two streams never share one."""
+def _counter(device: torch.device, size: int) -> torch.Tensor:
+    """The block counters of the launches on the current stream of ``device`` (the groups done,
+    then one a group): zeroed once, and back at zero after every launch (its last blocks reset
+    them). One buffer a stream, so that launches on two streams never share one; a longer one
+    replaces it when a launch needs more groups."""
     index = device.index
     key = (index, torch._C._cuda_getCurrentRawStream(index))
     c = _COUNTERS.get(key)
-    if c is None:
-        c = _COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    if c is None or c.numel() < size:
+        c = _COUNTERS[key] = torch.zeros(max(size, 1024), dtype=torch.int32, device=device)
     return c
 
 
@@ -299,8 +331,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     lse = torch.empty(m, dtype=torch.float32, device=device) if return_lse else None
     work = counter = None
     if reduction != "none":
-        work = torch.empty(1 + 2 * m, dtype=torch.float32, device=device)
-        counter = _counter(device)
+        work = torch.empty(1 + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
+        counter = _counter(device, 1 + m // GROUP + 1)
     if m:
         CrossEntropy.launch(rows, config, (reduction, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
                             row_in=(target,), row_out=(loss, lse), extra=(work, counter),

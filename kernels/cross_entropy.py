@@ -58,7 +58,7 @@ class CrossEntropy(RowOp):
         super().__init__(dtype, n, cfg, present, in_dtypes)
 
     def fake_extra(self, m):
-        return (fake_vector(Float32, cute.sym_int()), fake_vector(Int32, 1)) if "work" in self.present else ()
+        return (fake_vector(Float32, cute.sym_int()), fake_vector(Int32, cute.sym_int())) if "work" in self.present else ()
 
     @cute.jit
     def target(self, io, row):

@@ -220,6 +220,9 @@ class CrossEntropy(RowOp):
 
 #: Blocks whose partials one block of cross-entropy's reduced loss adds up (the first level).
 GROUP = 128
+#: The most rows whose mean or sum is finished in the kernel's own launch: past this, the
+#: partials cost more than PyTorch's sum of the per-row losses (TUNING.md#cross-entropy-mean).
+IN_LAUNCH_MAX_ROWS = 2048
 
 
 class CrossEntropyBackward(RowOp):
@@ -327,6 +330,13 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     validate.no_autograd("kernels.cross_entropy.cross_entropy", logits)
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
     device = logits.device
+    if reduction != "none" and m > IN_LAUNCH_MAX_ROWS:
+        # many rows: the per-row losses, added up by PyTorch after (TUNING.md#cross-entropy-mean)
+        out = cross_entropy(logits, target, ignore_index, "none", label_smoothing=label_smoothing,
+                            lse_square_scale=lse_square_scale, return_lse=return_lse, config=config)
+        loss, lse = out if return_lse else (out, None)
+        total = loss.sum() if reduction == "sum" else loss.sum() / (target != ignore_index).sum()
+        return (total, lse) if return_lse else total
     loss = torch.empty(m, dtype=torch.float32, device=device) if reduction == "none" else None
     lse = torch.empty(m, dtype=torch.float32, device=device) if return_lse else None
     work = counter = None

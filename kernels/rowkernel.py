@@ -511,6 +511,8 @@ class InRegisters(Strategy):
             if const_expr(mW is not None):
                 tXgW = self.b.column(mW, self.tile)
                 tXrW = cute.make_rmem_tensor_like(tXgW)
+                if const_expr(self.tXpX is not None and self.op.fold_uses_columns):
+                    tXrW.fill(0.0)  # outside the row: a fold that reads the columns must see zeros
                 cute.copy(self.b.load, tXgW, tXrW, pred=self.tXpX)
                 self.cols[name] = tXrW.load().to(Float32)
             else:

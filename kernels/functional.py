@@ -29,11 +29,14 @@ from . import validate
 LIB = "speed_of_light"
 
 
-def _needs_autograd(*tensors) -> bool:
+def _needs_autograd(x, w=None, b=None) -> bool:
     """The custom op is needed: torch.compile is tracing, or an input will want a gradient."""
     if torch.compiler.is_compiling():
         return True
-    return torch.is_grad_enabled() and any(isinstance(t, Tensor) and t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    return ((isinstance(x, Tensor) and x.requires_grad) or (w is not None and isinstance(w, Tensor) and w.requires_grad)
+            or (b is not None and isinstance(b, Tensor) and b.requires_grad))
 
 
 def _eager_only(config, name):

@@ -59,7 +59,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.T
     if return_stats:
         mean, rstd = (torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) for _ in range(2))
     if rows.shape[0]:
-        LayerNorm.launch(rows, config, rows=(rows,), out=(out.view(rows.shape),), cols=(weight, bias),
+        LayerNorm.launch(rows, config, rows=(rows,), out=(out if rows is x else out.view(rows.shape),), cols=(weight, bias),
                          row_out=(mean if mean is None else mean.view(-1), rstd if rstd is None else rstd.view(-1)),
                          scalars=(float(eps),))
     return (out, mean, rstd) if return_stats else out

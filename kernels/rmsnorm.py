@@ -62,7 +62,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e
     """RMSNorm over the last dim of x (fp32, bf16 or fp16; any leading shape)."""
     rows = validate.rows(x, cuda=False)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _launch(x, rows, weight, out.view(rows.shape), eps, None, config)
+    _launch(x, rows, weight, out if rows is x else out.view(rows.shape), eps, None, config)
     return out
 
 

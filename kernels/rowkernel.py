@@ -164,19 +164,28 @@ class RowOp:
         order (None for an absent optional one), compiling it on the first call for its key.
         ``late(config)``, if given, returns the ``col_out`` tensors and the last scalars, which
         depend on the configuration (how many blocks)."""
+        # (the hot path of every call: a few attribute reads, integer arithmetic and one lookup)
         n = x.shape[1]
         eb = x.element_size()
-        vec = validate.access_width(n, eb, rows + out, [c for c in cols if c is not None])
-        present = tuple(t is not None for t in cols + row_out + extra)
-        key = (cls, x.dtype, n, vec, present, tuple(t.dtype for t in row_in), config, options)
+        optional = cols + row_out + extra
+        g = n * eb | 16
+        for t in rows + out:
+            g |= t.stride(0) * eb | t.data_ptr()
+        for t in cols:
+            if t is not None:
+                g |= t.data_ptr()
+        vec = (g & -g) // eb or 1
+        present = tuple([t is not None for t in optional]) if optional else ()
+        in_dtypes = tuple([t.dtype for t in row_in]) if row_in else ()
+        key = (cls, x.dtype, n, vec, present, in_dtypes, config, options)
         hit = _LAUNCH.get(key)
         if hit is None:
             validate.check_arch(x.device)
-            hit = cls.compile(x.dtype, n, vec, present, tuple(t.dtype for t in row_in), config, options)
+            hit = cls.compile(x.dtype, n, vec, present, in_dtypes, config, options)
             _LAUNCH[key] = hit
         col_out, more = late(hit.config) if late is not None else ((), ())
-        hit.fn((*rows, *out, *(c for c in cols if c is not None), *row_in,
-                *(t for t in row_out + extra if t is not None), *col_out, *scalars, *more))
+        hit.fn(rows + out + tuple([c for c in cols if c is not None]) + row_in
+               + tuple([t for t in row_out + extra if t is not None]) + col_out + scalars + more)
 
     @classmethod
     def compile(cls, dtype, n: int, vec: int | None = None, present=None, in_dtypes=None, config=None,

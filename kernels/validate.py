@@ -51,7 +51,7 @@ def on_cuda(x: torch.Tensor, name: str = "x") -> None:
 def no_autograd(name: str, *tensors) -> None:
     """Refuse inputs that want a gradient where the function would not give one: the outputs
     would be silently cut off from autograd (the differentiable ops are ``kernels.<op>``)."""
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+    if torch.is_grad_enabled() and any([isinstance(t, torch.Tensor) and t.requires_grad for t in tensors]):
         raise RuntimeError(f"{name} does not differentiate its inputs, and one of them requires grad: "
                            f"call it under torch.no_grad() or on detached tensors"
                            + ("" if name in ("copy", "reduce_rows") else f", or use kernels.{name.split('.')[-1]}, "

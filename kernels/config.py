@@ -53,7 +53,7 @@ class Row:
 
     threads_per_row, threads_per_block, cluster: as in :class:`RowConfig`
     stage:   "reg", "smem" or "stream" (the strategy)
-    vecs:    streamed rows: 128-bit accesses a thread holds per pass (kept rows: all of them)
+    vecs:    streamed rows: 128-bit accesses a thread holds per pass (kept rows hold their whole share)
     ahead:   streamed rows: load pass p + 1 before folding pass p
     groups:  staged rows: cp.async commit groups the fold waits for in turn
     targets: "late" or "split" (:data:`TARGET_ORDERS`)
@@ -170,13 +170,13 @@ TABLES["layernorm"] = TABLES["rmsnorm"]
 # Softmax's backward keeps two rows (y and dy) where the forward keeps one: RMSNorm's shapes, which
 # stage from 16k 16-bit elements (not swept yet).
 TABLES["softmax_bwd"] = TABLES["rmsnorm"]
-# Cross-entropy's backward maps its row (nothing to reduce): one block a row, its row in passes of
-# four 128-bit accesses a thread (not swept yet).
 # RMSNorm's and LayerNorm's backward sum the weight's gradient over the rows: one block a row
 # at a time (a persistent kernel), the row in registers with 16 elements a thread; rows past
 # 8,192 elements are not covered yet (they would spill; not swept yet).
 _NORM_BWD = tuple(Row(n, t, t) for n, t in ((1024, 64), (2048, 128), (4096, 256), (8192, 512)))
 TABLES["rmsnorm_bwd"] = TABLES["layernorm_bwd"] = {16: _NORM_BWD, 32: _NORM_BWD}
+# Cross-entropy's backward maps its row (nothing to reduce): one block a row, its row in passes of
+# four 128-bit accesses a thread (not swept yet).
 TABLES["cross_entropy_bwd"] = {
     bits: (Row(1024, 64, 128, 1, "stream", 4), Row(8192, 128, 128, 1, "stream", 4),
            Row(MAX_N, 256, 256, 1, "stream", 4)) for bits in (16, 32)}

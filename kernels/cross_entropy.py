@@ -293,16 +293,16 @@ SUM_PAIR = Combine("sum_pair", (0.0, 0), lambda a, b: (a[0] + b[0], a[1] + b[1])
 _COUNTERS: dict = {}
 
 
-def _counter(device: torch.device, size: int) -> torch.Tensor:
+def _counter(device: torch.device) -> torch.Tensor:
     """The block counters of the launches on the current stream of ``device`` (the groups done,
-    then one a group): zeroed once, and back at zero after every launch (its last blocks reset
-    them). One buffer a stream, so that launches on two streams never share one; a longer one
-    replaces it when a launch needs more groups."""
+    then one a group, for up to ``IN_LAUNCH_MAX_ROWS`` rows): zeroed once, and back at zero after
+    every launch (its last blocks reset them). One buffer a stream, so that launches on two
+    streams never share one."""
     index = device.index
     key = (index, torch._C._cuda_getCurrentRawStream(index))
     c = _COUNTERS.get(key)
-    if c is None or c.numel() < size:
-        c = _COUNTERS[key] = torch.zeros(max(size, 1024), dtype=torch.int32, device=device)
+    if c is None:
+        c = _COUNTERS[key] = torch.zeros(2 + IN_LAUNCH_MAX_ROWS // GROUP, dtype=torch.int32, device=device)
     return c
 
 
@@ -330,27 +330,25 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     validate.no_autograd("kernels.cross_entropy.cross_entropy", logits)
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
     device = logits.device
-    if reduction != "none" and m > IN_LAUNCH_MAX_ROWS:
-        # many rows: the per-row losses, added up by PyTorch after (TUNING.md#cross-entropy-mean)
-        out = cross_entropy(logits, target, ignore_index, "none", label_smoothing=label_smoothing,
-                            lse_square_scale=lse_square_scale, return_lse=return_lse, config=config)
-        loss, lse = out if return_lse else (out, None)
-        total = loss.sum() if reduction == "sum" else loss.sum() / (target != ignore_index).sum()
-        return (total, lse) if return_lse else total
-    loss = torch.empty(m, dtype=torch.float32, device=device) if reduction == "none" else None
+    # many rows: the per-row losses, added up by PyTorch after (TUNING.md#cross-entropy-mean)
+    in_launch = reduction if m <= IN_LAUNCH_MAX_ROWS else "none"
+    loss = torch.empty(m, dtype=torch.float32, device=device) if in_launch == "none" else None
     lse = torch.empty(m, dtype=torch.float32, device=device) if return_lse else None
     work = counter = None
-    if reduction != "none":
+    if in_launch != "none":
         work = torch.empty(1 + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
-        counter = _counter(device, 1 + m // GROUP + 1)
+        counter = _counter(device)
     if m:
-        CrossEntropy.launch(rows, config, (reduction, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
+        CrossEntropy.launch(rows, config, (in_launch, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
                             row_in=(target,), row_out=(loss, lse), extra=(work, counter),
                             scalars=(ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET),
                                      float(label_smoothing), float(lse_square_scale)))
     elif work is not None:
         work[0] = 0.0 if reduction == "sum" else math.nan
-    out = loss if reduction == "none" else work[0]
+    if in_launch != reduction:
+        out = loss.sum() if reduction == "sum" else loss.sum() / (target != ignore_index).sum()
+    else:
+        out = loss if reduction == "none" else work[0]
     return (out, lse) if return_lse else out
 
 

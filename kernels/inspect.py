@@ -118,8 +118,9 @@ def compile_op(op: str, dtype: str, n: int, **kw):
         from .reduction import compile_reduce
         return compile_reduce(tdt, n, op.split("_")[1], max_tier=kw.get("max_tier", "cluster"),
                               stream=kw.get("stream", True), config=kw.get("config"))
-    if op in ROW_OPS:
-        return ROW_OPS[op]().compile(tdt, n, config=kw.get("config"))
+    row_ops = _row_ops()
+    if op in row_ops:
+        return row_ops[op].compile(tdt, n, config=kw.get("config"))
     raise ValueError(f"op must be one of {OPS}, got {op!r}")
 
 
@@ -132,9 +133,6 @@ def _row_ops():
     return {"rmsnorm": RMSNorm, "layernorm": LayerNorm, "softmax": Softmax, "cross_entropy": CrossEntropy,
             "softmax_backward": SoftmaxBackward, "cross_entropy_backward": CrossEntropyBackward,
             "rmsnorm_backward": RMSNormBackward, "layernorm_backward": LayerNormBackward}
-
-
-ROW_OPS = {name: (lambda name=name: _row_ops()[name]) for name in OPS if name not in ("copy", "reduce_sum", "reduce_max")}
 
 
 def inspect_op(op: str, dtype: str = "bf16", n: int = 4096, **kw) -> Report:

@@ -1,7 +1,7 @@
 """``torch.nn`` drop-ins: RMSNorm, LayerNorm and CrossEntropyLoss on this package's kernels.
 
 They take torch's constructor arguments where the kernels support them and raise a clear error
-where not (a normalized shape of more than the last dim, per-class weights, label smoothing),
+where not (a normalized shape of more than the last dim, per-class weights),
 and they keep torch's parameter names, so a state dict loads into either.
 """
 from __future__ import annotations

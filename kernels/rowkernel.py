@@ -38,6 +38,7 @@ from types import SimpleNamespace
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
+import torch
 from cutlass import Float32, Int32, Int64, const_expr
 
 from . import validate
@@ -168,13 +169,8 @@ class RowOp:
         n = x.shape[1]
         eb = x.element_size()
         optional = cols + row_out + extra
-        g = n * eb | 16
-        for t in rows + out:
-            g |= t.stride(0) * eb | t.data_ptr()
-        for t in cols:
-            if t is not None:
-                g |= t.data_ptr()
-        vec = (g & -g) // eb or 1
+        present_cols = tuple([c for c in cols if c is not None]) if cols else ()
+        vec = validate.access_width(n, eb, rows + out, present_cols)
         present = tuple([t is not None for t in optional]) if optional else ()
         in_dtypes = tuple([t.dtype for t in row_in]) if row_in else ()
         key = (cls, x.dtype, n, vec, present, in_dtypes, config, options)
@@ -184,7 +180,7 @@ class RowOp:
             hit = cls.compile(x.dtype, n, vec, present, in_dtypes, config, options)
             _LAUNCH[key] = hit
         col_out, more = late(hit.config) if late is not None else ((), ())
-        hit.fn(rows + out + tuple([c for c in cols if c is not None]) + row_in
+        hit.fn(rows + out + present_cols + row_in
                + tuple([t for t in row_out + extra if t is not None]) + col_out + scalars + more)
 
     @classmethod
@@ -196,9 +192,8 @@ class RowOp:
         function's); usable without a GPU."""
         options = cls.default_options if options is None else tuple(options)
         if in_dtypes is None:
-            import torch
             in_dtypes = tuple(torch.int64 if name == "target" else torch.float32 for name in cls.row_in)
-        bits = torch_bits(dtype)
+        bits = torch.finfo(dtype).bits
         vec = vec or vector_width(n, bits)
         slots = cls.cols + cls.row_out + cls.extra
         present = tuple(present) if present is not None else tuple(name in cls.default_present for name in slots)
@@ -342,11 +337,6 @@ def one_row_a_block(cfg, n: int):
     return replace(cfg, threads_per_row=tpr, threads_per_block=tpr, vecs_per_thread=vecs)
 
 
-def torch_bits(dtype) -> int:
-    import torch
-    return torch.finfo(dtype).bits
-
-
 _LAUNCH: dict = {}
 
 
@@ -488,6 +478,22 @@ class Strategy:
         op = self.op.reductions[i]
         return op.fold(self.op.fold_input(v, i, results))
 
+    def pad(self):
+        """The value accesses past N hold: the first reduction's neutral value."""
+        return self.op.reductions[0].pad if self.op.reductions else 0.0
+
+    @cute.jit
+    def store_rows(self, ys, tile, tXcX, tXpX):
+        """Write the epilogue's values ``ys`` (by output name) to column tile ``tile`` of
+        each output row, the rows past M skipped."""
+        b = self.b
+        for name, mO in self.io.out.items():
+            tXgO = b.thr.partition_D(b.tiles(mO)[None, None, tile])
+            tXrO = cute.make_rmem_tensor_like(tXgO)
+            tXrO.store(ys[name].to(mO.element_type))
+            if tXcX[0][0] < b.m:
+                cute.copy(b.load, tXrO, tXgO, pred=tXpX)
+
 
 class InRegisters(Strategy):
     """The row waits in registers, as fp32: loaded once, folded, read again by the epilogue."""
@@ -496,12 +502,11 @@ class InRegisters(Strategy):
     def load_and_fold(self):
         b = self.b
         self.frags, self.x = {}, {}
-        pad = self.op.reductions[0].pad if self.op.reductions else 0.0
         for name, mT in self.io.rows.items():
             tXgX, tXcX, tXpX = b.view(mT, self.tile)
             tXrX = cute.make_rmem_tensor_like(tXgX)
             if const_expr(tXpX is not None):
-                tXrX.fill(pad)
+                tXrX.fill(self.pad())
             if tXcX[0][0] < b.m:
                 cute.copy(b.load, tXgX, tXrX, pred=tXpX)
             self.frags[name] = tXrX
@@ -540,18 +545,12 @@ class InRegisters(Strategy):
 
     @cute.jit
     def write_rows(self, results):
-        b = self.b
         if const_expr(len(self.op.out) > 0 and self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS
                       and not self.op.fold_uses_columns):
             self.load_columns()
         ys = self.op.epilogue(self.values(self.x, self.cols, self.tXcX, next(iter(self.frags.values()))), results,
                               self.io.s)
-        for name, mO in self.io.out.items():
-            tXgO = b.thr.partition_D(b.tiles(mO)[None, None, self.tile])
-            tXrO = cute.make_rmem_tensor_like(tXgO)
-            tXrO.store(ys[name].to(mO.element_type))
-            if self.tXcX[0][0] < b.m:
-                cute.copy(b.load, tXrO, tXgO, pred=self.tXpX)
+        self.store_rows(ys, self.tile, self.tXcX, self.tXpX)
 
 
 class Staged(InRegisters):
@@ -565,28 +564,26 @@ class Staged(InRegisters):
         # The block's (rows_per_block, cols_per_pass) tile of each row input, row-major, so that
         # a warp's 16-byte accesses are 512 contiguous bytes (no bank conflicts); 128-byte
         # aligned for cp.async.
-        self.staged = {}
+        self.staged, tXgX = {}, {}
         groups = cfg.groups
         per_group = cfg.vecs_per_thread // groups
         stage_copy = make_stage_copy(self.io.x.element_type, cfg.vec)
         for name, mT in self.io.rows.items():
             sX = b.smem.allocate_tensor(mT.element_type, cute.make_ordered_layout(b.tiler_mn, order=(1, 0)),
                                         byte_alignment=128)
-            tXgX, tXcX, tXpX = b.view(mT, self.tile)
-            self.tXcX, self.tXpX = tXcX, tXpX
+            tXgX[name], self.tXcX, self.tXpX = b.view(mT, self.tile)
             self.staged[name] = b.thr.partition_D(sX)
         # Rows past M are not copied (and never stored); accesses past N are zero-filled by
         # cp.async (or skipped), and read back as the reduction's neutral value. One commit group
         # per ``per_group`` accesses, so that the fold can start on the first.
         for g in cutlass.range_constexpr(groups):
-            for name, mT in self.io.rows.items():
-                tXgX, _, _ = b.view(mT, self.tile)
+            for name in self.io.rows:
                 if self.tXcX[0][0] < b.m:
                     if const_expr(groups == 1):
-                        cute.copy(stage_copy, tXgX, self.staged[name], pred=self.tXpX)
+                        cute.copy(stage_copy, tXgX[name], self.staged[name], pred=self.tXpX)
                     else:
                         for k in cutlass.range_constexpr(g * per_group, (g + 1) * per_group):
-                            cute.copy(stage_copy, tXgX[None, None, k], self.staged[name][None, None, k],
+                            cute.copy(stage_copy, tXgX[name][None, None, k], self.staged[name][None, None, k],
                                       pred=None if const_expr(self.tXpX is None) else self.tXpX[None, None, k])
             cute.arch.cp_async_commit_group()
         # wait_group makes this thread's own cp.async writes visible to this thread. Every
@@ -672,9 +669,6 @@ class Streamed(Strategy):
     that reduces nothing and writes rows (an elementwise map of its row) writes each pass's
     output as the pass is loaded."""
 
-    def pad(self):
-        return self.op.reductions[0].pad if self.op.reductions else 0.0
-
     @cute.jit
     def load_and_fold(self):
         b, cfg = self.b, self.cfg
@@ -721,12 +715,7 @@ class Streamed(Strategy):
         _, tXcX_p, tXpX_p = b.view(self.io.x, tile)
         ys = self.op.epilogue(self.values({self.op.rows[0]: buf.load().to(Float32)}, {}, tXcX_p, buf), [],
                               self.io.s)
-        for name, mO in self.io.out.items():
-            tXgO = b.thr.partition_D(b.tiles(mO)[None, None, tile])
-            tXrO = cute.make_rmem_tensor_like(tXgO)
-            tXrO.store(ys[name].to(mO.element_type))
-            if tXcX_p[0][0] < b.m:
-                cute.copy(b.load, tXrO, tXgO, pred=tXpX_p)
+        self.store_rows(ys, tile, tXcX_p, tXpX_p)
 
     @cute.jit
     def load_pass(self, buf, p):

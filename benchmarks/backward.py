@@ -107,13 +107,19 @@ def calls(f, op, x, w, b, t):
 def suite(args, ceil):
     rows = []
     ns = NS if not args.quick else [4096, 65536]
-    for op in OPS:
-        for name, dt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+    skip = set(filter(None, getattr(args, "skip", "").split(",")))
+    ops = [o for o in OPS if not getattr(args, "ops", "") or o in args.ops.split(",")]
+    dts = [d for d in (("bf16", torch.bfloat16), ("fp32", torch.float32))
+           if not getattr(args, "dtypes", "") or d[0] in args.dtypes.split(",")]
+    for op in ops:
+        for name, dt in dts:
             for n in ns:
                 m = max(1, (1 << 28) // n)
                 x, w, b, t = _inputs(op, m, n, dt)
                 fns, failed = {}, {}
                 for impl, make in implementations(op):
+                    if impl in skip:
+                        continue
                     try:
                         passes = calls(make(), op, x, w, b, t)
                         for p, fn in passes.items():
@@ -124,6 +130,8 @@ def suite(args, ceil):
                         failed[impl] = f"{type(e).__name__}: {str(e)[:80]}"
                 times = H.time_rounds(fns, args.rounds, failed={})
                 for impl, _ in implementations(op):
+                    if impl in skip:
+                        continue
                     for p in PASSES:
                         nbytes = elements(op, p) * m * n * torch.finfo(dt).bits // 8
                         if impl in failed or (impl, p) not in times:

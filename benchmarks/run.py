@@ -246,14 +246,14 @@ def suite_host_latency(args, ceil):
                         fn = calls[impl]
                         torch.cuda.synchronize()
                         t0 = time.perf_counter()
-                        for _ in range(HOST_CALLS):
+                        for _ in range(args.calls):
                             fn()
                         torch.cuda.synchronize()
-                        times[impl].append((time.perf_counter() - t0) / HOST_CALLS * 1e6)
+                        times[impl].append((time.perf_counter() - t0) / args.calls * 1e6)
                 for impl in calls:
                     rows.append({"op": op, "impl": impl, "dtype": "bf16", "M": m, "N": n,
                                  "us": round(statistics.median(times[impl]), 2),
-                                 "rounds_us": " ".join(f"{v:.2f}" for v in times[impl]), "calls": HOST_CALLS})
+                                 "rounds_us": " ".join(f"{v:.2f}" for v in times[impl]), "calls": args.calls})
                     print(rows[-1], flush=True)
                 for impl, why in failed.items():
                     rows.append({"op": op, "impl": impl, "dtype": "bf16", "M": m, "N": n, "us": "", "note": why})
@@ -282,6 +282,11 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=5,
                    help="rmsnorm, softmax, cross_entropy: rounds of timing a point, the order of the "
                         "implementations alternating (default 5)")
+    p.add_argument("--calls", type=int, default=HOST_CALLS, help="host_latency: calls a round (default %(default)s)")
+    p.add_argument("--skip", default="", help="backward: implementations left out, comma-separated (e.g. "
+                   "torch.compile, whose compile per point can outlast one device call)")
+    p.add_argument("--ops", default="", help="backward: the ops timed, comma-separated (default: all)")
+    p.add_argument("--dtypes", default="", help="backward: bf16, fp32 or both (default: both)")
     a = p.parse_args(argv)
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings (TB/s):", ceil, flush=True)
@@ -297,7 +302,7 @@ def main(argv=None):
                            **({"rounds": a.rounds, "timing": "median of the rounds (rounds_us), the order of the "
                                "implementations alternating; each round the median of 20 calls after 3 warm-up"}
                               if s in OP_SUITES + ("backward",) else {}),
-                           **({"rounds": a.rounds, "timing": f"wall time per call: {HOST_CALLS} calls back to "
+                           **({"rounds": a.rounds, "timing": f"wall time per call: {a.calls} calls back to "
                                "back then a synchronize, the median of the rounds (rounds_us), the order "
                                "alternating"} if s == "host_latency" else {}),
                            **({"bytes_read": REDUCTION_BYTES} if s == "reduction" else {"total_elements": TOTAL})})

@@ -243,6 +243,9 @@ class CrossEntropyBackward(RowOp):
         self.per_row, self.smoothing, self.zloss = per_row, smoothing, zloss
         super().__init__(dtype, n, cfg, present, in_dtypes)
 
+    def row_in_extent(self, name, m):
+        return m if self.per_row or name != "dloss" else 1
+
     @cute.jit
     def row_inputs(self, io, b):
         ignore = Int64(io.s.ignore_index)

@@ -39,6 +39,19 @@ def _needs_autograd(x, w=None, b=None) -> bool:
             or (b is not None and isinstance(b, Tensor) and b.requires_grad))
 
 
+def _plain(x, w=None, b=None) -> bool:
+    """The call may take the fast path: eager (not traced), no input wanting a gradient, x a
+    plain 2-D tensor with rows. The fast path calls the compiled function the last checked call
+    of the same kind remembered (``RowOp.fast``); its signature checks every tensor (dtype,
+    shapes, strides, alignment, device) before launching, and a call it refuses takes the
+    checked path, which names the problem or compiles the kernel the call needs."""
+    if torch.compiler.is_compiling() or type(x) is not Tensor or x.ndim != 2 or not x.shape[0]:
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    return not (x.requires_grad or (w is not None and w.requires_grad) or (b is not None and b.requires_grad))
+
+
 def _eager_only(config, name):
     if config is not None:
         raise ValueError(f"{name}: config= applies to eager calls without autograd; it cannot pass through "
@@ -115,6 +128,15 @@ _rmsnorm_op.register_autograd(_rmsnorm_bwd, setup_context=_rmsnorm_setup)
 def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, *, config=None) -> Tensor:
     """RMSNorm over the last dim of x (fp32, bf16 or fp16; any leading shape), differentiable in
     x and weight."""
+    if config is None and _plain(x, weight):
+        fn = _rms.RMSNorm.fast.get((x.dtype, x.shape[1], weight is not None))
+        if fn is not None:
+            out = torch.empty_like(x, memory_format=torch.contiguous_format)
+            try:
+                fn((x, out, weight, float(eps)) if weight is not None else (x, out, float(eps)))
+                return out
+            except (ValueError, TypeError):  # refused before launching: the checked path says why
+                pass
     if _needs_autograd(x, weight):
         _eager_only(config, "rmsnorm")
         return _rmsnorm_op(x, weight, eps)[0]
@@ -195,6 +217,16 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
               return_stats: bool = False, config=None):
     """LayerNorm over the last dim of x, as ``torch.nn.functional.layer_norm``; differentiable in
     x, weight and bias. With ``return_stats``, also each row's mean and rstd (fp32)."""
+    if config is None and not return_stats and _plain(x, weight, bias):
+        fn = _ln.LayerNorm.fast.get((x.dtype, x.shape[1], weight is not None, bias is not None))
+        if fn is not None:
+            out = torch.empty_like(x, memory_format=torch.contiguous_format)
+            try:
+                fn((x, out, weight, bias, float(eps)) if weight is not None and bias is not None else
+                   (x, out) + tuple([t for t in (weight, bias) if t is not None]) + (float(eps),))
+                return out
+            except (ValueError, TypeError):
+                pass
     if _needs_autograd(x, weight, bias):
         _eager_only(config, "layernorm")
         y, mean, rstd = _layernorm_op(x, weight, bias, eps)
@@ -238,6 +270,15 @@ _softmax_op.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 
 def softmax(x: Tensor, dim: int = -1, *, config=None) -> Tensor:
     """Softmax of x along its last dim, differentiable in x."""
+    if config is None and dim == -1 and _plain(x):
+        fn = _sm.Softmax.fast.get((x.dtype, x.shape[1]))
+        if fn is not None:
+            out = torch.empty_like(x, memory_format=torch.contiguous_format)
+            try:
+                fn((x, out))
+                return out
+            except (ValueError, TypeError):
+                pass
     if _needs_autograd(x):
         _eager_only(config, "softmax")
         if dim != -1 and dim != x.dim() - 1:

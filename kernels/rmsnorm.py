@@ -36,7 +36,7 @@ class RMSNorm(RowOp):
         return {"rstd": self.rstd(results, io.s)}
 
 
-def _launch(x, rows, weight, out, eps, rstd, config):
+def _launch(x, rows, weight, out, eps, rstd, config, remember=None):
     if weight is not None:
         validate.column(weight, x, "weight")
     if rstd is not None:
@@ -44,7 +44,8 @@ def _launch(x, rows, weight, out, eps, rstd, config):
     validate.no_autograd("kernels.rmsnorm.rmsnorm", x, weight)
     validate.on_cuda(x)
     if rows.shape[0]:
-        RMSNorm.launch(rows, config, rows=(rows,), out=(out,), cols=(weight,), row_out=(rstd,), scalars=(float(eps),))
+        RMSNorm.launch(rows, config, rows=(rows,), out=(out,), cols=(weight,), row_out=(rstd,), scalars=(float(eps),),
+                       remember=remember)
 
 
 def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor, eps: float = 1e-6, *,
@@ -62,7 +63,8 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e
     """RMSNorm over the last dim of x (fp32, bf16 or fp16; any leading shape)."""
     rows = validate.rows(x, cuda=False)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _launch(x, rows, weight, out if rows is x else out.view(rows.shape), eps, None, config)
+    _launch(x, rows, weight, out if rows is x else out.view(rows.shape), eps, None, config,
+            (x.dtype, x.shape[-1], weight is not None) if config is None else None)
     return out
 
 

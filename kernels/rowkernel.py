@@ -97,6 +97,14 @@ class RowOp:
     #: default: int64 for a "target", fp32 for the others).
     default_options: tuple = ()
 
+    #: (the public call's key) -> the compiled function its last checked call launched, for the
+    #: public functions' fast path (``kernels.functional``); each subclass has its own.
+    fast: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.fast = {}
+
     def __init__(self, dtype, n: int, cfg, present: frozenset, in_dtypes: tuple = ()):
         cfg.check(n, dtype.width, stages=max(1, len(self.reductions)), tiles=len(self.rows))
         if self.out and self.reductions and cfg.stage == "stream":
@@ -157,14 +165,23 @@ class RowOp:
     def fake_extra(self, m):
         return ()
 
+    def row_in_extent(self, name: str, m):
+        """The length of per-row input ``name`` in the compiled signature: M (the rows'
+        symbolic count) by default; an op whose input holds one value for every row says 1."""
+        return m
+
     # ---- host side -------------------------------------------------------------------
     @classmethod
     def launch(cls, x, config=None, options=(), *, rows, cols=(), row_in=(), out=(), row_out=(), extra=(),
-               scalars=(), late=None):
+               scalars=(), late=None, remember=None):
         """Launch the op on (M, N) ``rows`` (x among them), each slot's tensors in declared
         order (None for an absent optional one), compiling it on the first call for its key.
         ``late(config)``, if given, returns the ``col_out`` tensors and the last scalars, which
-        depend on the configuration (how many blocks)."""
+        depend on the configuration (how many blocks). ``remember``, if given, is the public
+        call's key under which ``fast`` keeps the compiled function, when this call got the
+        widest accesses N allows (a later call with the same key skips the checks above and
+        calls it directly: the compiled signature itself refuses any tensor it was not built
+        for, before launching, and that call then comes back here)."""
         # (the hot path of every call: a few attribute reads, integer arithmetic and one lookup)
         n = x.shape[1]
         eb = x.element_size()
@@ -179,6 +196,8 @@ class RowOp:
             validate.check_arch(x.device)
             hit = cls.compile(x.dtype, n, vec, present, in_dtypes, config, options)
             _LAUNCH[key] = hit
+        if remember is not None and vec * eb == ((n * eb | 16) & -(n * eb | 16)):
+            cls.fast[remember] = hit.fn
         col_out, more = late(hit.config) if late is not None else ((), ())
         hit.fn(rows + out + present_cols + row_in
                + tuple([t for t in row_out + extra if t is not None]) + col_out + scalars + more)
@@ -209,7 +228,7 @@ class RowOp:
             m = cute.sym_int()
             args = [fake_rows(ct, n, cfg.vec) for _ in cls.rows + cls.out]
             args += [fake_vector(ct, n, cfg.vec) for name in cls.cols if name in op.present]
-            args += [fake_vector(TORCH_TO_CUTE[d], m) for d in in_dtypes]
+            args += [fake_vector(TORCH_TO_CUTE[d], op.row_in_extent(name, m)) for name, d in zip(cls.row_in, in_dtypes)]
             args += [fake_vector(Float32, m) for name in cls.row_out if name in op.present]
             args += list(op.fake_extra(m))
             args += [fake_rows(Float32, n, 1) for _ in cls.col_out]

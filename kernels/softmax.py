@@ -74,7 +74,8 @@ def softmax(x: torch.Tensor, dim: int = -1, *, config=None) -> torch.Tensor:
     validate.on_cuda(x)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if rows.shape[0]:
-        Softmax.launch(rows, config, rows=(rows,), out=(out if rows is x else out.view(rows.shape),))
+        Softmax.launch(rows, config, rows=(rows,), out=(out if rows is x else out.view(rows.shape),),
+                       remember=(x.dtype, x.shape[-1]) if config is None else None)
     return out
 
 

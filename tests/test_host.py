@@ -131,3 +131,79 @@ def test_access_width_is_the_widest_every_row_allows():
                 for eb in (2, 4):
                     want = min(vector_width(n, eb * 8, stride, validate.ptr_align(T(0, ptr))), 16 // eb)
                     assert validate.access_width(n, eb, [T(stride, ptr)]) == want
+
+
+def _signature(compiled, args) -> str:
+    """The compiled function's argument contract, as TVM FFI states it when it refuses a call
+    (here: CPU tensors, refused before any launch, so this runs without a GPU)."""
+    with pytest.raises(ValueError, match="expected device_type=cuda") as e:
+        compiled.fn(args)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("per_row", [True, False])
+def test_cross_entropy_backward_takes_one_dloss_or_one_a_row(per_row):
+    """The backward of a mean or sum gets one dloss for every row, (1,); of reduction='none', one
+    a row, (M,): the compiled signature must say so, or every such call is refused at launch."""
+    from kernels.cross_entropy import CrossEntropyBackward
+    c = CrossEntropyBackward.compile(torch.bfloat16, 1024, 8, (), (torch.int64, torch.float32, torch.float32),
+                                     None, (per_row, False, False))
+    x = torch.randn(4, 1024, dtype=torch.bfloat16)
+    t, lse, g = torch.zeros(4, dtype=torch.int64), torch.zeros(4), torch.ones(4 if per_row else 1)
+    sig = _signature(c, (x, torch.empty_like(x), t, lse, g, -100, 0.0, 0.0))
+    dloss = sig.split("Tensor(")[5]
+    assert dloss.startswith("[n2]" if per_row else "[1]"), sig
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+def test_the_fast_path_refuses_what_its_kernel_was_not_built_for(op):
+    """The fast path calls the remembered compiled function directly; whatever that function's
+    signature refuses (here: tensors on the CPU, a wrong weight) must come back to the checked
+    path and its clear error, never an FFI message or a launch. GPU-free: the compiled function
+    is built here and remembered by hand, as a first call on a GPU would."""
+    from kernels.layernorm import LayerNorm
+    from kernels.rmsnorm import RMSNorm
+    from kernels.softmax import Softmax
+    n, dt = 1024, torch.bfloat16
+    cls, key, call = {
+        "rmsnorm": (RMSNorm, (dt, n, True), lambda x, w: kernels.rmsnorm(x, w)),
+        "layernorm": (LayerNorm, (dt, n, True, True), lambda x, w: kernels.layernorm(x, w, w)),
+        "softmax": (Softmax, (dt, n), lambda x, w: kernels.softmax(x)),
+    }[op]
+    cls.fast[key] = cls.compile(dt, n, 8).fn
+    try:
+        x, w = torch.randn(4, n, dtype=dt), torch.randn(n, dtype=dt)
+        with pytest.raises(ValueError, match="must be on a CUDA device"):
+            call(x, w)
+        if op != "softmax":
+            with pytest.raises(ValueError, match=r"weight must have shape \(1024,\)"):
+                call(x, torch.randn(n + 1, dtype=dt))
+    finally:
+        cls.fast.pop(key)
+
+
+@requires_gpu
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+def test_the_fast_path_gives_what_the_checked_path_gives(op):
+    """A second call takes the fast path and gives the first call's output bit for bit; a
+    misaligned view (one element in, an odd row stride) is refused by the remembered kernel's
+    signature and served by the checked path with narrower accesses, and the fast path keeps the
+    widest kernel."""
+    from kernels.layernorm import LayerNorm
+    from kernels.rmsnorm import RMSNorm
+    from kernels.softmax import Softmax
+    n = 4096
+    x, w, b, _ = _inputs(n)
+    cls, key, call = {
+        "rmsnorm": (RMSNorm, (x.dtype, n, True), lambda x: kernels.rmsnorm(x, w)),
+        "layernorm": (LayerNorm, (x.dtype, n, True, True), lambda x: kernels.layernorm(x, w, b)),
+        "softmax": (Softmax, (x.dtype, n), lambda x: kernels.softmax(x)),
+    }[op]
+    cls.fast.pop(key, None)
+    first = call(x)
+    fast = cls.fast[key]
+    assert torch.equal(call(x), first)
+    big = torch.randn(x.shape[0], n + 9, device="cuda", dtype=x.dtype)
+    big[:, 1:n + 1] = x
+    torch.testing.assert_close(call(big[:, 1:n + 1]).float(), first.float(), rtol=1.6e-2, atol=1e-2)
+    assert cls.fast[key] is fast

@@ -80,4 +80,9 @@ def test_softmax_backward_kernel(n, dtype):
         y64, dy64 = y.double(), dy.double()
         scale = (y64 * (dy64.abs() + (dy64 * y64).sum(-1, keepdim=True).abs())).amax(-1, keepdim=True)
         scale = scale.clamp_min(1e-30)
+        if dtype == torch.float16:  # below 2^-14 fp16 is subnormal: its step is 2^-24 absolute
+            ref = ref.to(dtype).double()
+            err = (dx.double() - ref).abs()
+            assert (err <= 2e-3 * ref.abs() + 2e-3 * scale + 2 ** -24).all(), f"M={m}: {err.max().item()}"
+            continue
         assert_close(dx / scale.to(dx.device), ref / scale, dtype, f"M={m}")

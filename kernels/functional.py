@@ -10,7 +10,7 @@ call goes straight to the kernel, with no dispatcher on the way.
 The backward passes are kernels of the template too (``SoftmaxBackward``,
 ``CrossEntropyBackward``, and ``kernels.norm_backward`` for RMSNorm's and LayerNorm's, whose
 weight gradients are summed over the rows by a persistent kernel). RMSNorm's and LayerNorm's
-rows longer than ``norm_backward.MAX_N`` fall back to PyTorch operations (fp32 accumulation).
+rows longer than ``norm_backward.MAX_N`` take PyTorch's own fused backward kernels.
 """
 from __future__ import annotations
 
@@ -95,11 +95,15 @@ def rmsnorm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tens
     """(dx, dweight) of y = x * rstd * weight, with rstd = 1 / sqrt(mean(x^2) + eps) saved by the
     forward: dx = rstd (g - xhat mean(g xhat)) with g = dy * weight and xhat = x * rstd;
     dweight = the sum over rows of dy * xhat. The kernel for rows of up to
-    ``norm_backward.MAX_N`` elements, PyTorch operations past that."""
-    if x.shape[-1] <= _nb.MAX_N:
+    ``norm_backward.MAX_N`` elements, PyTorch's fused backward kernel past that."""
+    n = x.shape[-1]
+    if n <= _nb.MAX_N:
         dx, dw = _rmsnorm_backward_op(dy, x, weight, rstd)
         return dx, (dw if weight is not None else None)
-    return rmsnorm_backward_torch(dy, x, weight, rstd)
+    # longer rows: PyTorch's own fused backward (it takes the forward's rstd as (..., 1))
+    dx, dw = torch.ops.aten._fused_rms_norm_backward(dy, x, [n], rstd.unsqueeze(-1), weight,
+                                                     [True, weight is not None])
+    return dx, (dw if weight is not None else None)
 
 
 def rmsnorm_backward_torch(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor):
@@ -179,11 +183,15 @@ def layernorm_backward(dy, x, weight, mean, rstd, has_bias: bool):
     """(dx, dweight, dbias) of y = (x - mean) * rstd * weight + bias: with xhat = (x - mean) rstd
     and g = dy * weight, dx = rstd (g - mean(g) - xhat mean(g xhat)); dweight and dbias are the
     sums over rows of dy * xhat and dy. The kernel for rows of up to ``norm_backward.MAX_N``
-    elements, PyTorch operations past that."""
-    if x.shape[-1] <= _nb.MAX_N:
+    elements, PyTorch's own backward kernel past that."""
+    n = x.shape[-1]
+    if n <= _nb.MAX_N:
         dx, dw, db = _layernorm_backward_op(dy, x, weight, mean, rstd)
         return dx, (dw if weight is not None else None), (db if has_bias else None)
-    return layernorm_backward_torch(dy, x, weight, mean, rstd, has_bias)
+    # longer rows: PyTorch's own layer-norm backward (mean and rstd as (..., 1), as it saves them)
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean.unsqueeze(-1), rstd.unsqueeze(-1), weight,
+                                                           None, [True, weight is not None, has_bias])
+    return dx, (dw if weight is not None else None), (db if has_bias else None)
 
 
 def layernorm_backward_torch(dy, x, weight, mean, rstd, has_bias: bool):

@@ -309,6 +309,21 @@ def _counter(device: torch.device) -> torch.Tensor:
     return c
 
 
+def mean_fast(fn, logits, target, ignore_index):
+    """The mean loss of ``logits`` through ``fn``, the compiled kernel a checked call remembered
+    (``RowOp.fast``), with only what the compiled signature cannot check done here: the report of
+    an earlier bad target, the row count that a mean in the launch takes, and its buffers."""
+    m = logits.shape[0]
+    if m > IN_LAUNCH_MAX_ROWS or not logits.is_cuda:
+        return None
+    errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
+    device = logits.device
+    work = torch.empty(1 + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
+    fn((logits, target, work, _counter(device), ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET),
+        0.0, 0.0))
+    return work[0]
+
+
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
                   reduction: str = "mean", *, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
                   return_lse: bool = False, config=None):
@@ -345,7 +360,9 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         CrossEntropy.launch(rows, config, (in_launch, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
                             row_in=(target,), row_out=(loss, lse), extra=(work, counter),
                             scalars=(ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET),
-                                     float(label_smoothing), float(lse_square_scale)))
+                                     float(label_smoothing), float(lse_square_scale)),
+                            remember=(logits.dtype, logits.shape[1], target.dtype) if config is None and not return_lse
+                            and in_launch == "mean" and not label_smoothing and not lse_square_scale else None)
     elif work is not None:
         work[0] = 0.0 if reduction == "sum" else math.nan
     if in_launch != reduction:

@@ -365,6 +365,16 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
     gradient overwrites the logits, saving an (M, N) buffer: the logits must not be used after
     the backward). No host sync: a bad target makes its row's loss NaN and is reported later
     (``kernels.errors``)."""
+    if (config is None and reduction == "mean" and not (label_smoothing or lse_square_scale or return_lse)
+            and _plain(logits) and type(target) is Tensor and -(2**31) <= ignore_index < 2**31):
+        fn = _ce.CrossEntropy.fast.get((logits.dtype, logits.shape[1], target.dtype))
+        if fn is not None:
+            try:
+                loss = _ce.mean_fast(fn, logits, target, ignore_index)
+                if loss is not None:
+                    return loss
+            except (ValueError, TypeError):
+                pass
     if _needs_autograd(logits):
         _eager_only(config, "cross_entropy")
         loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction, float(label_smoothing),

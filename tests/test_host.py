@@ -155,27 +155,30 @@ def test_cross_entropy_backward_takes_one_dloss_or_one_a_row(per_row):
     assert dloss.startswith("[n2]" if per_row else "[1]"), sig
 
 
-@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy"])
 def test_the_fast_path_refuses_what_its_kernel_was_not_built_for(op):
     """The fast path calls the remembered compiled function directly; whatever that function's
     signature refuses (here: tensors on the CPU, a wrong weight) must come back to the checked
     path and its clear error, never an FFI message or a launch. GPU-free: the compiled function
     is built here and remembered by hand, as a first call on a GPU would."""
+    from kernels.cross_entropy import CrossEntropy
     from kernels.layernorm import LayerNorm
     from kernels.rmsnorm import RMSNorm
     from kernels.softmax import Softmax
     n, dt = 1024, torch.bfloat16
+    t = torch.zeros(4, dtype=torch.int64)
     cls, key, call = {
         "rmsnorm": (RMSNorm, (dt, n, True), lambda x, w: kernels.rmsnorm(x, w)),
         "layernorm": (LayerNorm, (dt, n, True, True), lambda x, w: kernels.layernorm(x, w, w)),
         "softmax": (Softmax, (dt, n), lambda x, w: kernels.softmax(x)),
+        "cross_entropy": (CrossEntropy, (dt, n, torch.int64), lambda x, w: kernels.cross_entropy(x, t)),
     }[op]
     cls.fast[key] = cls.compile(dt, n, 8).fn
     try:
         x, w = torch.randn(4, n, dtype=dt), torch.randn(n, dtype=dt)
         with pytest.raises(ValueError, match="must be on a CUDA device"):
             call(x, w)
-        if op != "softmax":
+        if op in ("rmsnorm", "layernorm"):
             with pytest.raises(ValueError, match=r"weight must have shape \(1024,\)"):
                 call(x, torch.randn(n + 1, dtype=dt))
     finally:
@@ -183,21 +186,23 @@ def test_the_fast_path_refuses_what_its_kernel_was_not_built_for(op):
 
 
 @requires_gpu
-@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy"])
 def test_the_fast_path_gives_what_the_checked_path_gives(op):
     """A second call takes the fast path and gives the first call's output bit for bit; a
     misaligned view (one element in, an odd row stride) is refused by the remembered kernel's
     signature and served by the checked path with narrower accesses, and the fast path keeps the
     widest kernel."""
+    from kernels.cross_entropy import CrossEntropy
     from kernels.layernorm import LayerNorm
     from kernels.rmsnorm import RMSNorm
     from kernels.softmax import Softmax
     n = 4096
-    x, w, b, _ = _inputs(n)
+    x, w, b, t = _inputs(n)
     cls, key, call = {
         "rmsnorm": (RMSNorm, (x.dtype, n, True), lambda x: kernels.rmsnorm(x, w)),
         "layernorm": (LayerNorm, (x.dtype, n, True, True), lambda x: kernels.layernorm(x, w, b)),
         "softmax": (Softmax, (x.dtype, n), lambda x: kernels.softmax(x)),
+        "cross_entropy": (CrossEntropy, (x.dtype, n, t.dtype), lambda x: kernels.cross_entropy(x, t)),
     }[op]
     cls.fast.pop(key, None)
     first = call(x)
@@ -207,3 +212,17 @@ def test_the_fast_path_gives_what_the_checked_path_gives(op):
     big[:, 1:n + 1] = x
     torch.testing.assert_close(call(big[:, 1:n + 1]).float(), first.float(), rtol=1.6e-2, atol=1e-2)
     assert cls.fast[key] is fast
+
+
+@requires_gpu
+def test_a_bad_target_is_reported_through_the_fast_path():
+    """The fast path keeps cross-entropy's report: a bad target in one fast call raises in the next."""
+    from kernels.errors import BadInputError
+    x, _, _, t = _inputs(4096)
+    kernels.cross_entropy(x, t)
+    bad = t.clone()
+    bad[3] = 5000
+    kernels.cross_entropy(x, bad)  # fast: launches, flags the row
+    torch.cuda.synchronize()
+    with pytest.raises(BadInputError):
+        kernels.cross_entropy(x, t)

@@ -59,6 +59,16 @@ def _options(op, max_tier, stream):
 def reduce_rows(x: torch.Tensor, op: str = "sum", *, max_tier: str = "cluster", stream: bool = True,
                 config=None, out: torch.Tensor | None = None) -> torch.Tensor:
     """Reduce each row of x (..., N) with ``op`` ("sum" or "max"); returns fp32 of shape x.shape[:-1]."""
+    if (op == "sum" and max_tier == "cluster" and stream and config is None and out is None and type(x) is torch.Tensor
+            and x.ndim == 2 and x.shape[0] and not (x.requires_grad and torch.is_grad_enabled())):
+        fn = RowReduce.fast.get((x.dtype, x.shape[1]))  # the fast path: see kernels.functional._plain
+        if fn is not None:
+            out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+            try:
+                fn((x, out))
+                return out
+            except (ValueError, TypeError):
+                out = None
     rows = validate.rows(x, cuda=False)
     validate.no_autograd("reduce_rows", x)
     validate.on_cuda(x)
@@ -69,7 +79,9 @@ def reduce_rows(x: torch.Tensor, op: str = "sum", *, max_tier: str = "cluster", 
             or not out.is_contiguous() or out.device != x.device:
         raise ValueError(f"out must be a contiguous float32 tensor of shape {tuple(x.shape[:-1])} on {x.device}")
     if rows.shape[0]:
-        RowReduce.launch(rows, config, options, rows=(rows,), row_out=(out.view(-1),))
+        RowReduce.launch(rows, config, options, rows=(rows,), row_out=(out.view(-1),),
+                         remember=(x.dtype, x.shape[-1]) if options == ("sum", "cluster", True) and config is None
+                         else None)
     return out
 
 

@@ -155,7 +155,7 @@ def test_cross_entropy_backward_takes_one_dloss_or_one_a_row(per_row):
     assert dloss.startswith("[n2]" if per_row else "[1]"), sig
 
 
-@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy", "reduce_rows"])
 def test_the_fast_path_refuses_what_its_kernel_was_not_built_for(op):
     """The fast path calls the remembered compiled function directly; whatever that function's
     signature refuses (here: tensors on the CPU, a wrong weight) must come back to the checked
@@ -163,6 +163,7 @@ def test_the_fast_path_refuses_what_its_kernel_was_not_built_for(op):
     is built here and remembered by hand, as a first call on a GPU would."""
     from kernels.cross_entropy import CrossEntropy
     from kernels.layernorm import LayerNorm
+    from kernels.reduction import RowReduce
     from kernels.rmsnorm import RMSNorm
     from kernels.softmax import Softmax
     n, dt = 1024, torch.bfloat16
@@ -172,6 +173,7 @@ def test_the_fast_path_refuses_what_its_kernel_was_not_built_for(op):
         "layernorm": (LayerNorm, (dt, n, True, True), lambda x, w: kernels.layernorm(x, w, w)),
         "softmax": (Softmax, (dt, n), lambda x, w: kernels.softmax(x)),
         "cross_entropy": (CrossEntropy, (dt, n, torch.int64), lambda x, w: kernels.cross_entropy(x, t)),
+        "reduce_rows": (RowReduce, (dt, n), lambda x, w: kernels.reduce_rows(x)),
     }[op]
     cls.fast[key] = cls.compile(dt, n, 8).fn
     try:
@@ -186,7 +188,7 @@ def test_the_fast_path_refuses_what_its_kernel_was_not_built_for(op):
 
 
 @requires_gpu
-@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy"])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy", "reduce_rows"])
 def test_the_fast_path_gives_what_the_checked_path_gives(op):
     """A second call takes the fast path and gives the first call's output bit for bit; a
     misaligned view (one element in, an odd row stride) is refused by the remembered kernel's
@@ -194,6 +196,7 @@ def test_the_fast_path_gives_what_the_checked_path_gives(op):
     widest kernel."""
     from kernels.cross_entropy import CrossEntropy
     from kernels.layernorm import LayerNorm
+    from kernels.reduction import RowReduce
     from kernels.rmsnorm import RMSNorm
     from kernels.softmax import Softmax
     n = 4096
@@ -203,6 +206,7 @@ def test_the_fast_path_gives_what_the_checked_path_gives(op):
         "layernorm": (LayerNorm, (x.dtype, n, True, True), lambda x: kernels.layernorm(x, w, b)),
         "softmax": (Softmax, (x.dtype, n), lambda x: kernels.softmax(x)),
         "cross_entropy": (CrossEntropy, (x.dtype, n, t.dtype), lambda x: kernels.cross_entropy(x, t)),
+        "reduce_rows": (RowReduce, (x.dtype, n), lambda x: kernels.reduce_rows(x)),
     }[op]
     cls.fast.pop(key, None)
     first = call(x)
@@ -226,3 +230,17 @@ def test_a_bad_target_is_reported_through_the_fast_path():
     torch.cuda.synchronize()
     with pytest.raises(BadInputError):
         kernels.cross_entropy(x, t)
+
+
+@requires_gpu
+def test_the_copy_fast_path():
+    """copy's second call takes the fast path and copies exactly; a tensor it was not built for
+    (misaligned by one element) is served by the checked path's error."""
+    from kernels import copy as C
+    x, _, _, _ = _inputs(4096)
+    assert torch.equal(kernels.copy(x), x)
+    assert (x.dtype, x.numel()) in C._FAST
+    assert torch.equal(kernels.copy(x), x)
+    flat = torch.randn(x.numel() + 8, device="cuda", dtype=x.dtype)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        kernels.copy(flat[1:x.numel() + 1])

@@ -120,7 +120,7 @@ def copy(src: torch.Tensor, *, bits: int = 128, coalesced: bool = True) -> torch
             fn, width = hit
             dst = torch.empty_like(src)
             try:
-                fn((src.view(-1, width), dst.view(-1, width)))
+                fn(src.view(-1, width), dst.view(-1, width))
                 return dst
             except (ValueError, TypeError):  # refused before launching: the checked path says why
                 pass

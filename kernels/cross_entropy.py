@@ -319,9 +319,14 @@ def mean_fast(fn, logits, target, ignore_index):
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
     device = logits.device
     work = torch.empty(1 + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
-    fn((logits, target, work, _counter(device), ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET),
-        0.0, 0.0))
+    fn(mean_args(logits, target, ignore_index, work, _counter(device), errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET)))
     return work[0]
+
+
+def mean_args(logits, target, ignore_index, work, counter, flag_address):
+    """The compiled mean kernel's arguments, in the order ``RowOp.launch`` passes them (rows,
+    per-row inputs, the present extra tensors, scalars; no label smoothing, no z-loss)."""
+    return (logits, target, work, counter, ignore_index, flag_address, 0.0, 0.0)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,

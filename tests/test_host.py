@@ -236,7 +236,8 @@ def test_a_bad_target_is_reported_through_the_fast_path():
 def test_the_copy_fast_path():
     """copy's second call takes the fast path and copies exactly; a tensor it was not built for
     (misaligned by one element) is served by the checked path's error."""
-    from kernels import copy as C
+    import importlib
+    C = importlib.import_module("kernels.copy")
     x, _, _, _ = _inputs(4096)
     assert torch.equal(kernels.copy(x), x)
     assert (x.dtype, x.numel()) in C._FAST
@@ -244,3 +245,89 @@ def test_the_copy_fast_path():
     flat = torch.randn(x.numel() + 8, device="cuda", dtype=x.dtype)
     with pytest.raises(ValueError, match="16-byte aligned"):
         kernels.copy(flat[1:x.numel() + 1])
+
+
+def _parse_signature(message: str) -> list[str]:
+    """The parameter types of a compiled function, from the signature TVM FFI prints when it
+    refuses a call: ``__call__(args: Tuple[Tensor([n0, 1024], bfloat16), ..., float32])`` (a
+    row op: one tuple) or ``__call__(mSrc: Tensor(...), mDst: Tensor(...))``."""
+    inner = message.split("__call__(", 1)[1]
+    if inner.startswith("args: Tuple["):
+        inner = inner[len("args: Tuple["):]
+    depth, cur, out = 0, "", []
+    for ch in inner:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return [t.split(": ", 1)[-1] for t in out if t]
+
+
+def _matches(arg, typ: str) -> bool:
+    if typ.startswith("Tensor("):
+        dims, dtype = typ[len("Tensor(["):].rsplit("], ", 1)
+        return (isinstance(arg, torch.Tensor) and arg.dim() == len(dims.split(","))
+                and str(arg.dtype).removeprefix("torch.") == dtype.rstrip(")"))
+    return isinstance(arg, float) if typ.startswith("float") else isinstance(arg, int) and not isinstance(arg, bool)
+
+
+@pytest.mark.parametrize("op", ["rmsnorm", "rmsnorm_no_weight", "layernorm", "layernorm_weight_only", "softmax",
+                                "reduce_rows", "copy", "cross_entropy"])
+def test_the_fast_path_passes_what_the_kernel_takes(op):
+    """The arguments each fast path hands the compiled function are the ones its signature
+    declares, in order and by type (GPU-free: the fast path's call is recorded on CPU tensors,
+    then the compiled function's own signature is read from its refusal of them)."""
+    import importlib
+    from kernels.layernorm import LayerNorm
+    from kernels.reduction import RowReduce
+    from kernels.rmsnorm import RMSNorm
+    from kernels.softmax import Softmax
+    C, CE = importlib.import_module("kernels.copy"), importlib.import_module("kernels.cross_entropy")
+    n, dt = 1024, torch.bfloat16
+    x, w = torch.randn(4, n, dtype=dt), torch.randn(n, dtype=dt)
+    recorded = []
+
+    def record(*args):
+        recorded.append(args)
+        raise ValueError("recorded")
+    if op == "cross_entropy":
+        compiled = CE.CrossEntropy.compile(dt, n, 8, (False, False, True, True), (torch.int64,), None,
+                                           ("mean", False, False))
+        t = torch.zeros(4, dtype=torch.int64)
+        work, counter = torch.empty(1 + 8 + 2 * (4 // CE.GROUP + 1)), torch.zeros(18, dtype=torch.int32)
+        args = (CE.mean_args(x, t, -100, work, counter, 0),)
+    else:
+        cls, key, call, present = {
+            "rmsnorm": (RMSNorm, (dt, n, True), lambda: kernels.rmsnorm(x, w), None),
+            "rmsnorm_no_weight": (RMSNorm, (dt, n, False), lambda: kernels.rmsnorm(x), (False, False)),
+            "layernorm": (LayerNorm, (dt, n, True, True), lambda: kernels.layernorm(x, w, w), None),
+            "layernorm_weight_only": (LayerNorm, (dt, n, True, False), lambda: kernels.layernorm(x, w),
+                                      (True, False, False, False)),
+            "softmax": (Softmax, (dt, n), lambda: kernels.softmax(x), None),
+            "reduce_rows": (RowReduce, (dt, n), lambda: kernels.reduce_rows(x), None),
+            "copy": (None, (dt, x.numel()), lambda: kernels.copy(x), None),
+        }[op]
+        fast = C._FAST if op == "copy" else cls.fast
+        fast[key] = (record, C.COPY_WIDTH) if op == "copy" else record
+        try:
+            with pytest.raises(ValueError, match="CUDA device|must be on|device"):
+                call()
+        finally:
+            fast.pop(key)
+        (args,) = recorded
+        compiled = C.compile_copy(dt) if op == "copy" else cls.compile(dt, n, 8, present)
+    call_args = args if op == "copy" else (args[0],)
+    with pytest.raises(ValueError, match="expected device_type=cuda") as e:
+        compiled.fn(*call_args)
+    flat = args if op == "copy" else args[0]
+    types = _parse_signature(str(e.value))
+    assert len(types) == len(flat), (types, [type(a) for a in flat])
+    assert all(_matches(a, t) for a, t in zip(flat, types)), (types, [getattr(a, "dtype", type(a)) for a in flat])

@@ -196,6 +196,20 @@ def expect_close(name: str, got, want64, atol: float = 0.0, rtol: float = 0.0, w
     passed(name, f"{what + ': ' if what else ''}{got.numel()} values match the float64 reference, {shown}")
 
 
+def per_row_output(name: str, m: int, launch, pad: int = 8, device: str = "cuda"):
+    """Call ``launch(out)`` on an (M,) fp32 output that sits at the start of a NaN-filled buffer
+    ``pad`` values longer, and return the output; a kernel that writes past its M rows (a
+    missing row guard) fails here, since NaN is what an untouched value stays."""
+    import torch
+    buf = torch.full((m + pad,), float("nan"), device=device, dtype=torch.float32)
+    launch(buf[:m])
+    if buf.is_cuda:
+        torch.cuda.synchronize()
+    if buf[m:].isfinite().any():
+        raise AssertionError(f"{name}: the kernel wrote past the last of the {m} rows: a missing row guard?")
+    return buf[:m]
+
+
 def numbers_need_gpu(name: str, what: str) -> None:
     """The line a check prints instead of its numeric part on a machine without a GPU."""
     print(f"SKIP {name}: {what} needs a GPU, and this machine has none (what needs none passed above)")

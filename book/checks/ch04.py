@@ -16,7 +16,7 @@ import cutlass.cute as cute
 
 from kernels.compile import NAME_BY_TORCH, fake_vector
 
-from . import compile, expect_close, expect_ptx, fake, fake_stream, gpu, numbers_need_gpu, widths
+from . import compile, expect_close, expect_ptx, fake, fake_stream, gpu, numbers_need_gpu, per_row_output, widths
 
 #: (M, N) for a warp a row: whole passes of the chapter's kernel, then a ragged edge.
 SHAPES = ((37, 4096), (5, 1000))
@@ -47,15 +47,9 @@ def _ptx(name, host, n, has, counts=None, lacks=("ld.local", "st.local")):
 
 
 def _run(name, host, x):
-    """The kernel's (M,) output for x, written into a NaN-filled buffer 8 longer; fails if
-    anything past the M-th value changed."""
+    """The kernel's (M,) output for x (see ``checks.per_row_output``)."""
     m, n = x.shape
-    buf = torch.full((m + 8,), float("nan"), device=x.device, dtype=torch.float32)
-    _compile(host, x.dtype, n)(x, buf[:m])
-    torch.cuda.synchronize()
-    if buf[m:].isfinite().any():
-        raise AssertionError(f"{name}: the kernel wrote below the last of the {m} rows: a missing row guard?")
-    return buf[:m]
+    return per_row_output(name, m, lambda out: _compile(host, x.dtype, n)(x, out))
 
 
 def _numbers(name, host, shapes, op="sum", make=None):

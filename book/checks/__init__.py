@@ -196,6 +196,17 @@ def expect_close(name: str, got, want64, atol: float = 0.0, rtol: float = 0.0, w
     passed(name, f"{what + ': ' if what else ''}{got.numel()} values match the float64 reference, {shown}")
 
 
+_FRESH: dict = {}
+
+
+def fresh_op(cls):
+    """A subclass of the reader's ``RowOp`` with a name of its own: the library's compile cache
+    keys a kernel by its class's name, and a corrected class of the same name must compile afresh."""
+    if cls not in _FRESH:
+        _FRESH[cls] = type(f"{cls.__name__}_{len(_FRESH)}", (cls,), {})
+    return _FRESH[cls]
+
+
 def per_row_output(name: str, m: int, launch, pad: int = 8, device: str = "cuda"):
     """Call ``launch(out)`` on an (M,) fp32 output that sits at the start of a NaN-filled buffer
     ``pad`` values longer, and return the output; a kernel that writes past its M rows (a

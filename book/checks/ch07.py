@@ -14,7 +14,9 @@ import torch
 
 from kernels.compile import NAME_BY_TORCH
 
-from . import compile, count, expect_close, expect_ptx, fake, fake_stream, gpu, numbers_need_gpu, passed
+from . import (
+    compile, count, expect_close, expect_ptx, fake, fake_stream, fresh_op, gpu, numbers_need_gpu,
+    passed)
 
 #: (M, N) of the numeric checks: whole rows of the chapter's 256-thread block, fp32 and bf16.
 SHAPES = ((37, 4096), (5, 16384))
@@ -56,17 +58,6 @@ def unweighted(host, name="ch07.unweighted"):
                          what=f"{m} x {n} {NAME_BY_TORCH[dtype]}")
 
 
-_FRESH: dict = {}
-
-
-def _fresh(cls):
-    """A subclass of the reader's op with a name of its own: the library's compile cache keys a
-    kernel by its class's name, and a corrected class of the same name must compile afresh."""
-    if cls not in _FRESH:
-        _FRESH[cls] = type(f"{cls.__name__}_{len(_FRESH)}", (cls,), {})
-    return _FRESH[cls]
-
-
 #: (M, N) of LayerNorm's numeric checks: ragged, whole, long (a cluster), a mean far from zero.
 LN_SHAPES = ((37, 1000), (64, 4096), (5, 65536))
 
@@ -82,7 +73,7 @@ def layernorm(cls, name="ch07.layernorm"):
                              f"('y',); it declares rows {tuple(cls.rows)}, cols {tuple(cls.cols)}, out {tuple(cls.out)}")
     if list(cls.scalars) != ["eps"]:
         raise AssertionError(f"{name}: the op's one scalar should be eps; it declares {list(cls.scalars)}")
-    op = _fresh(cls)
+    op = fresh_op(cls)
     for dtype in (torch.bfloat16, torch.float32):
         ptx = op.compile(dtype, 4096, present=(True, True) + (False,) * len(cls.row_out + cls.extra)).ptx
         expect_ptx(f"{name} {NAME_BY_TORCH[dtype]} N=4096", ptx,

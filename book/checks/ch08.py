@@ -15,7 +15,9 @@ import torch
 
 from kernels.compile import NAME_BY_TORCH
 
-from . import compile, count, expect_close, expect_ptx, fake, fake_stream, gpu, numbers_need_gpu, passed, per_row_output
+from . import (
+    compile, count, expect_close, expect_ptx, fake, fake_stream, fresh_op, gpu, numbers_need_gpu,
+    passed, per_row_output)
 
 DTYPES = (torch.bfloat16, torch.float32)
 #: (relative, absolute) tolerance of a probability against float64, by output dtype
@@ -62,17 +64,6 @@ def softmax_rows(host, name="ch08.softmax_rows"):
                              what=f"{m} x {n} {NAME_BY_TORCH[dtype]}")
 
 
-_FRESH: dict = {}
-
-
-def _fresh(cls):
-    """A subclass of the reader's op with a name of its own: the library's compile cache keys a
-    kernel by its class's name, and a corrected class of the same name must compile afresh."""
-    if cls not in _FRESH:
-        _FRESH[cls] = type(f"{cls.__name__}_{len(_FRESH)}", (cls,), {})
-    return _FRESH[cls]
-
-
 def _compile(name, op, dtype, n):
     try:
         return op.compile(dtype, n)
@@ -108,7 +99,7 @@ def log_softmax(cls, name="ch08.log_softmax"):
     if tuple(cls.rows) != ("x",) or tuple(cls.out) != ("y",):
         raise AssertionError(f"{name}: the op should read rows ('x',) and write out ('y',); it declares "
                              f"rows {tuple(cls.rows)} and out {tuple(cls.out)}")
-    op = _fresh(cls)
+    op = fresh_op(cls)
     for dtype in DTYPES:
         for n in (4096, 262144):
             c = _compile(name, op, dtype, n)
@@ -135,7 +126,7 @@ def logsumexp(cls, name="ch08.logsumexp"):
         raise AssertionError(f"{name}: the op should read rows ('x',), write no row (out = ()) and one value a "
                              f"row (row_out = ('lse',)); it declares rows {tuple(cls.rows)}, out {tuple(cls.out)}, "
                              f"row_out {tuple(cls.row_out)}")
-    op = _fresh(cls)
+    op = fresh_op(cls)
     for dtype in DTYPES:
         for n in (4096, 32768, 262144):
             c = _compile(name, op, dtype, n)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from kernels.compile import NAME_BY_TORCH
 
-from . import count, expect_close, expect_ptx, gpu, numbers_need_gpu, passed
+from . import count, expect_close, expect_ptx, fresh_op, gpu, numbers_need_gpu, passed
 
 #: (M, N) of the numeric checks: a ragged row, one of whole 128-bit accesses, a long one.
 SHAPES = ((37, 1000), (64, 4096), (5, 32768))
@@ -43,17 +43,6 @@ def step_bytes(fn, name="ch10.step_bytes"):
                  "count the bytes you count")
 
 
-_FRESH: dict = {}
-
-
-def _fresh(cls):
-    """A subclass of the reader's op with a name of its own: the library's compile cache keys a
-    kernel by its class's name, and a corrected class of the same name must compile afresh."""
-    if cls not in _FRESH:
-        _FRESH[cls] = type(f"{cls.__name__}_{len(_FRESH)}", (cls,), {})
-    return _FRESH[cls]
-
-
 def log_softmax_backward(cls, name="ch10.log_softmax_backward"):
     """``cls``: a ``RowOp`` with rows ("z", "dy") and out ("dx",) whose kernel writes
     dx = dy - exp(z) sum(dy) for z = log_softmax(x). Its bf16 and fp32 PTX must show 128-bit
@@ -62,7 +51,7 @@ def log_softmax_backward(cls, name="ch10.log_softmax_backward"):
     if tuple(cls.rows) != ("z", "dy") or tuple(cls.out) != ("dx",):
         raise AssertionError(f"{name}: the op should read rows ('z', 'dy') and write out ('dx',); it declares "
                              f"rows {tuple(cls.rows)} and out {tuple(cls.out)}")
-    op = _fresh(cls)
+    op = fresh_op(cls)
     for dtype in (torch.bfloat16, torch.float32):
         ptx = op.compile(dtype, 4096).ptx
         expect_ptx(f"{name} {NAME_BY_TORCH[dtype]} N=4096", ptx,

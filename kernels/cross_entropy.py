@@ -314,12 +314,18 @@ def mean_fast(fn, logits, target, ignore_index):
     (``RowOp.fast``), with only what the compiled signature cannot check done here: the report of
     an earlier bad target, the row count that a mean in the launch takes, and its buffers."""
     m = logits.shape[0]
-    if m > IN_LAUNCH_MAX_ROWS or not logits.is_cuda:
+    if m > IN_LAUNCH_MAX_ROWS:
         return None
-    errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
+    errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)  # raises: a report is never swallowed below
+    if not logits.is_cuda:
+        return None
     device = logits.device
     work = torch.empty(1 + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
-    fn(mean_args(logits, target, ignore_index, work, _counter(device), errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET)))
+    args = mean_args(logits, target, ignore_index, work, _counter(device), errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET))
+    try:
+        fn(args)
+    except (ValueError, TypeError):  # refused before launching: the checked path says why
+        return None
     return work[0]
 
 

@@ -49,7 +49,7 @@ def _plain(x, w=None, b=None) -> bool:
         return False
     if not torch.is_grad_enabled():
         return True
-    return not (x.requires_grad or (w is not None and w.requires_grad) or (b is not None and b.requires_grad))
+    return not (x.requires_grad or getattr(w, "requires_grad", False) or getattr(b, "requires_grad", False))
 
 
 def _eager_only(config, name):
@@ -369,12 +369,9 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
             and _plain(logits) and type(target) is Tensor and -(2**31) <= ignore_index < 2**31):
         fn = _ce.CrossEntropy.fast.get((logits.dtype, logits.shape[1], target.dtype))
         if fn is not None:
-            try:
-                loss = _ce.mean_fast(fn, logits, target, ignore_index)
-                if loss is not None:
-                    return loss
-            except (ValueError, TypeError):
-                pass
+            loss = _ce.mean_fast(fn, logits, target, ignore_index)
+            if loss is not None:
+                return loss
     if _needs_autograd(logits):
         _eager_only(config, "cross_entropy")
         loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction, float(label_smoothing),

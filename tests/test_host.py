@@ -331,3 +331,28 @@ def test_the_fast_path_passes_what_the_kernel_takes(op):
     types = _parse_signature(str(e.value))
     assert len(types) == len(flat), (types, [type(a) for a in flat])
     assert all(_matches(a, t) for a, t in zip(flat, types)), (types, [getattr(a, "dtype", type(a)) for a in flat])
+
+
+def test_the_fast_path_never_swallows_a_bad_target_report(monkeypatch):
+    """A report of an earlier bad target (a ValueError) must reach the caller from the fast
+    path, not be taken for the compiled signature's refusal (also a ValueError) and cleared.
+    GPU-free: the report is raised by hand, the remembered kernel compiled here."""
+    from kernels import errors
+    from kernels.cross_entropy import CrossEntropy
+    n, dt = 1024, torch.bfloat16
+    key = (dt, n, torch.int64)
+    CrossEntropy.fast[key] = CrossEntropy.compile(dt, n, 8).fn
+
+    def reported(word=None):
+        raise errors.BadInputError("a target outside [0, N) (raised by hand)")
+    monkeypatch.setattr(errors.FLAGS, "raise_if_set", reported)
+    try:
+        with pytest.raises(errors.BadInputError, match="raised by hand"):
+            kernels.cross_entropy(torch.randn(4, n, dtype=dt), torch.zeros(4, dtype=torch.int64))
+    finally:
+        CrossEntropy.fast.pop(key)
+
+
+def test_a_weight_that_is_not_a_tensor_gets_the_checked_error():
+    with pytest.raises(ValueError, match="weight must have shape"):
+        kernels.rmsnorm(torch.randn(4, 64), [1.0] * 64)

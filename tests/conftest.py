@@ -57,3 +57,20 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"no GPU: {len(skipped)} GPU tests skipped ({reason}); "
             "on a Hopper GPU `make test` runs them", bold=True)
+
+
+def pytest_runtest_logreport(report):
+    """With SOL_TEST_LOG=DIR (the H200 runs, benchmarks/h200.sh tests), each test's outcome goes
+    to DIR/outcomes.txt and each failure's report to DIR/fails.txt as it happens, so that a run
+    cut short by its time limit still names its failures (written by the controller only, under
+    pytest-xdist)."""
+    import os
+    out = os.environ.get("SOL_TEST_LOG")
+    if not out or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if report.when == "call" or report.failed:
+        with open(os.path.join(out, "outcomes.txt"), "a") as f:
+            f.write(f"{report.outcome} {report.when} {report.duration:.1f} {report.nodeid}\n")
+    if report.failed:
+        with open(os.path.join(out, "fails.txt"), "a") as f:
+            f.write(f"==== {report.when} {report.nodeid}\n{report.longreprtext[-3000:]}\n")

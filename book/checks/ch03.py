@@ -183,7 +183,8 @@ def bf16_accumulator(host, vecs: int, name="ch03.bf16_accumulator"):
         raise AssertionError(f"{name}: a bf16 running sum should lose far more than an fp32 one; errors "
                              f"{err16:.2g} and {err32:.2g} x the row's sum of |x|")
     passed(name, f"{m} x {n} bf16 rows (mean 1): the bf16 running sum is off by up to {err16:.2g} x the row's "
-                 f"sum of |x|, the fp32 one by {err32:.2g}: {err16 / err32:.0f} times more")
+                 f"sum of |x|, the fp32 one by {err32:.2g}"
+                 + (f": {err16 / err32:.0f} times more" if err32 else ": exact"))
 
 
 def tree_fold(host, name="ch03.tree_fold"):

@@ -113,7 +113,9 @@ def softcap(host, name="ch09.softcap"):
     ptx_other = _compile(host, torch.float32, SHAPES[2][2], 2 * CAP).ptx
     if ptx_other == _compile(host, torch.float32, SHAPES[2][2], CAP).ptx:
         raise AssertionError(f"{name}: the PTX for cap={2 * CAP:g} is the same as for cap={CAP:g}: is `cap` used?")
-    _numbers(name, host, CAP, cap=CAP, tol=2e-3)
+    # tanh.approx.f32: relative error up to 2^-11, in every capped logit and the target's: the loss
+    # can be off by 2^-11 (|z_t| + max |z|), up to 1.6 x 2e-3 (1 + loss) on these inputs
+    _numbers(name, host, CAP, cap=CAP, tol=4e-3)
 
 
 def zloss(fn, name="ch09.zloss"):

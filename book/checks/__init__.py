@@ -207,6 +207,30 @@ def fresh_op(cls):
     return _FRESH[cls]
 
 
+def compile_op(name: str, op, dtype, n: int, present=None):
+    """The reader's ``RowOp`` (made fresh with :func:`fresh_op`) compiled for rows of ``n``
+    elements of ``dtype``; the template refusing its configuration fails the check."""
+    from kernels.compile import NAME_BY_TORCH
+    try:
+        return op.compile(dtype, n, present=present)
+    except ValueError as e:  # the template refuses a configuration for this op
+        raise AssertionError(f"{name}: the template refuses {NAME_BY_TORCH[dtype]} rows of {n}: {e}") from None
+
+
+def expect_row_op(name: str, cls, needs: str, why: str, n: int = 4096, present=None) -> None:
+    """The reader's row op compiled for bf16 and fp32 rows of ``n``: its PTX must show 128-bit
+    loads and stores, the butterfly of its reduction, no local memory, and the instruction
+    ``needs`` (``why`` says what its absence means)."""
+    import torch
+    from kernels.compile import NAME_BY_TORCH
+    op = fresh_op(cls)
+    for dtype in (torch.bfloat16, torch.float32):
+        ptx = compile_op(name, op, dtype, n, present).ptx
+        expect_ptx(f"{name} {NAME_BY_TORCH[dtype]} N={n}", ptx, has=("ld.global.v4", "st.global.v4", "shfl.sync.bfly"))
+        if not count(ptx, needs):
+            raise AssertionError(f"{name}: the {NAME_BY_TORCH[dtype]} PTX has no {needs}: {why}")
+
+
 def per_row_output(name: str, m: int, launch, pad: int = 8, device: str = "cuda"):
     """Call ``launch(out)`` on an (M,) fp32 output that sits at the start of a NaN-filled buffer
     ``pad`` values longer, and return the output; a kernel that writes past its M rows (a

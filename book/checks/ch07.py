@@ -15,8 +15,8 @@ import torch
 from kernels.compile import NAME_BY_TORCH
 
 from . import (
-    compile, count, expect_close, expect_ptx, fake, fake_stream, fresh_op, gpu, numbers_need_gpu,
-    passed)
+    compile, count, expect_close, expect_ptx, expect_row_op, fake, fake_stream, fresh_op, gpu,
+    numbers_need_gpu, passed)
 
 #: (M, N) of the numeric checks: whole rows of the chapter's 256-thread block, fp32 and bf16.
 SHAPES = ((37, 4096), (5, 16384))
@@ -73,14 +73,9 @@ def layernorm(cls, name="ch07.layernorm"):
                              f"('y',); it declares rows {tuple(cls.rows)}, cols {tuple(cls.cols)}, out {tuple(cls.out)}")
     if list(cls.scalars) != ["eps"]:
         raise AssertionError(f"{name}: the op's one scalar should be eps; it declares {list(cls.scalars)}")
+    expect_row_op(name, cls, "rsqrt.approx", "the epilogue never takes 1 / sqrt(var + eps)",
+                  present=(True, True) + (False,) * len(cls.row_out + cls.extra))
     op = fresh_op(cls)
-    for dtype in (torch.bfloat16, torch.float32):
-        ptx = op.compile(dtype, 4096, present=(True, True) + (False,) * len(cls.row_out + cls.extra)).ptx
-        expect_ptx(f"{name} {NAME_BY_TORCH[dtype]} N=4096", ptx,
-                   has=("ld.global.v4", "st.global.v4", "shfl.sync.bfly"))
-        if not count(ptx, "rsqrt.approx"):
-            raise AssertionError(f"{name}: the {NAME_BY_TORCH[dtype]} PTX has no rsqrt: the epilogue never takes "
-                                 "1 / sqrt(var + eps)")
     if not gpu():
         return numbers_need_gpu(name, "launching it on " + ", ".join(f"{m} x {n}" for m, n in LN_SHAPES))
     from kernels.layernorm import layernorm_reference

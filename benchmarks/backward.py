@@ -107,6 +107,8 @@ def calls(f, op, x, w, b, t):
 def suite(args, ceil):
     rows = []
     ns = NS if not args.quick else [4096, 65536]
+    if getattr(args, "ns", ""):
+        ns = [int(v) for v in args.ns.split(",")]
     skip = set(filter(None, getattr(args, "skip", "").split(",")))
     ops = [o for o in OPS if not getattr(args, "ops", "") or o in args.ops.split(",")]
     dts = [d for d in (("bf16", torch.bfloat16), ("fp32", torch.float32))

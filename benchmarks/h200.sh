@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What runs on the H200 (the `device` tool), in stages that each fit one call:
-#   bash benchmarks/h200.sh tests       GPU tests (everything that launches a kernel; 15 workers: the
+#   bash benchmarks/h200.sh tests [IDS]  GPU tests (the given ones, or everything that launches a kernel; 15 workers: the
 #       grid took 470 s; outcomes.txt and fails.txt name each result as it comes, SOL_TEST_LOG)
 #   bash benchmarks/h200.sh suites A..  benchmark suites into book/data
 #   bash benchmarks/h200.sh notebooks [NB ...]   execute chapters in place (all by default), then nbval them
@@ -24,8 +24,10 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log=/tmp/h200-$stage; mkdir -p "$log"
 case $stage in
   tests)
-    SOL_TEST_LOG="$log" timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-15}" tests --ignore=tests/test_book.py \
-      --ignore=tests/test_inspect.py --ignore=tests/test_config.py --ignore=tests/test_validation.py "$@" 2>&1 \
+    # the given tests (files or ids), or every test that launches a kernel
+    [ $# -gt 0 ] || set -- tests --ignore=tests/test_book.py --ignore=tests/test_inspect.py --ignore=tests/test_config.py \
+      --ignore=tests/test_validation.py
+    SOL_TEST_LOG="$log" timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-15}" "$@" 2>&1 \
       | tee "$log/tests.log" | tail -15 ;;
   suites)
     timeout "${SUITE_TIMEOUT:-560}" python3 -m benchmarks.run "$@" 2>&1 | tee "$log/suites.log" \
@@ -45,23 +47,32 @@ case $stage in
     script=$1; shift
     M2OUT=$log timeout "${RUN_TIMEOUT:-560}" python3 "$script" "$@" 2>&1 | tee -a "$log/run.log" | tail -40 ;;
   notebooks)
-    nbs=("$@"); [ ${#nbs[@]} -gt 0 ] || nbs=(book/[0-9]*.ipynb)
+    nbs=("$@"); [ ${#nbs[@]} -gt 0 ] || nbs=(book/[0-9]*.ipynb book/appendix_*.ipynb); clean=()
     for nb in "${nbs[@]}"; do
       t0=$(date +%s)
-      python3 - "$nb" <<'PY' 2>&1 | tail -3
+      python3 - "$nb" <<'PY' 2>&1 | tail -20
 import sys, nbformat, nbclient
 p = sys.argv[1]
 nb = nbformat.read(p, 4)
-nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": "book"}}).execute()
+# every cell runs even past an error, so that one pass names every failing cell
+nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                        resources={"metadata": {"path": "book"}}).execute()
 nbformat.write(nb, p)
+bad = [(i, o.get("ename"), str(o.get("evalue"))[:300]) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+       for o in c.get("outputs", []) if o.get("output_type") == "error"]
+for i, name, value in bad:
+    print(f"{p}: cell {i}: {name}: {value}")
+sys.exit(1 if bad else 0)
 PY
+      if [ "${PIPESTATUS[0]}" = 0 ]; then clean+=("$nb"); fi
       echo "$nb executed in $(( $(date +%s) - t0 )) s" | tee -a "$log/notebooks.log"
       # pack after every chapter: a call cut short by its time limit still returns what ran
       cp "$nb" "$log/" && tar czf "$OUT/$stage.tgz" -C "$log" .
     done
     # nbval re-executes each chapter in a fresh kernel; files in parallel (their timing
-    # cells are not compared), cells of one file in order.
-    python3 -m pytest --nbval-lax -p no:cacheprovider -n 5 --dist loadfile --durations=0 "${nbs[@]}" 2>&1 \
-      | tee "$log/nbval.log" | tail -25 ;;
+    # cells are not compared), cells of one file in order; only the chapters that executed
+    # without an error (NBVAL=0 skips it)
+    [ "${NBVAL:-1}" = 1 ] && [ ${#clean[@]} -gt 0 ] && python3 -m pytest --nbval-lax -p no:cacheprovider -n 5 \
+      --dist loadfile --durations=0 "${clean[@]}" 2>&1 | tee "$log/nbval.log" | tail -25 ;;
 esac
 tar czf "$OUT/$stage.tgz" -C "$log" .

@@ -287,6 +287,7 @@ def main(argv=None):
                    "torch.compile, whose compile per point can outlast one device call)")
     p.add_argument("--ops", default="", help="backward: the ops timed, comma-separated (default: all)")
     p.add_argument("--dtypes", default="", help="backward: bf16, fp32 or both (default: both)")
+    p.add_argument("--ns", default="", help="backward: the row lengths timed, comma-separated (default: all)")
     a = p.parse_args(argv)
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings (TB/s):", ceil, flush=True)

@@ -206,10 +206,13 @@ class CrossEntropy(RowOp):
             total, count = total + work[at_sums + i], count + work[at_counts + i].bitcast(Int32)
         total, count = warp_reduce((total, count), SUM_PAIR)
         sums, counts = b.sums, b.counts
+        # warp_idx() is a shfl.sync that names the whole warp: every lane must run it, so it
+        # stays out of the lane-0 branch (inside, lane 0 waits for lanes that never come)
+        warp = cute.arch.warp_idx()
         cute.arch.barrier()  # the slots may still be read by the level before
         if cute.arch.lane_idx() == 0:
-            sums[cute.arch.warp_idx()] = total
-            counts[cute.arch.warp_idx()] = count
+            sums[warp] = total
+            counts[warp] = count
         cute.arch.barrier()
         total, count = Float32(0.0), Int32(0)
         if b.tidx == 0:

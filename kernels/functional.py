@@ -188,9 +188,11 @@ def layernorm_backward(dy, x, weight, mean, rstd, has_bias: bool):
     if n <= _nb.MAX_N:
         dx, dw, db = _layernorm_backward_op(dy, x, weight, mean, rstd)
         return dx, (dw if weight is not None else None), (db if has_bias else None)
-    # longer rows: PyTorch's own layer-norm backward (mean and rstd as (..., 1), as it saves them)
+    # longer rows: PyTorch's own layer-norm backward (mean and rstd as (..., 1), as it saves them).
+    # It sizes dbias from the bias, which it does not otherwise read, so it gets a stand-in.
+    bias = (weight if weight is not None else x.new_empty(n)) if has_bias else None
     dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean.unsqueeze(-1), rstd.unsqueeze(-1), weight,
-                                                           None, [True, weight is not None, has_bias])
+                                                           bias, [True, weight is not None, has_bias])
     return dx, (dw if weight is not None else None), (db if has_bias else None)
 
 

@@ -124,6 +124,40 @@ def compile_op(op: str, dtype: str, n: int, **kw):
     raise ValueError(f"op must be one of {OPS}, got {op!r}")
 
 
+_INSTR = re.compile(r"^\s*(@!?(%p\d+)\s+)?([a-z][\w.:]*)\s*(.*?);")
+_LABEL = re.compile(r"^(\$L\w+):")
+_REG = re.compile(r"%[a-z]+\d+|%(?:tid|laneid)(?:\.[xyz])?")
+
+
+def divergent_shuffles(ptx: str) -> list[str]:
+    """The ``shfl.sync`` instructions of ``ptx`` that only some lanes of a warp may reach: those
+    after a forward branch whose predicate depends on the thread's index (%tid, %laneid) and
+    before its target. A shfl.sync names every lane of its mask (here the whole warp) and waits
+    for them, so one inside a branch that lane 0 alone takes waits forever: the GPU hangs. Each
+    entry is 'line N: instruction (guarded by the branch at line K)'."""
+    lines = ptx.splitlines()
+    labels = {m.group(1): i for i, ln in enumerate(lines) if (m := _LABEL.match(ln.strip()))}
+    tainted = {"%tid.x", "%tid.y", "%tid.z", "%laneid"}
+    found, open_ = [], []  # open_: (end line, branch line) of thread-dependent forward branches
+    for i, ln in enumerate(lines):
+        open_ = [(end, at) for end, at in open_ if end > i]
+        m = _INSTR.match(ln)
+        if not m:
+            continue
+        guard, op, operands = m.group(2), m.group(3), m.group(4)
+        regs = _REG.findall(operands)
+        if op.startswith("bra"):
+            target = operands.strip().split()[-1]
+            if guard in tainted and labels.get(target, -1) > i:
+                open_.append((labels[target], i))
+            continue
+        if op.startswith("shfl.sync") and open_:
+            found.append(f"line {i + 1}: {ln.strip()} (guarded by the branch at line {open_[-1][1] + 1})")
+        if regs and not op.startswith(("st.", "atom.", "red.", "bar", "shfl")) and any(r in tainted for r in regs[1:]):
+            tainted.add(regs[0])
+    return found
+
+
 def _row_ops():
     from .cross_entropy import CrossEntropy, CrossEntropyBackward
     from .layernorm import LayerNorm

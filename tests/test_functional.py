@@ -359,3 +359,30 @@ def test_norm_backward_kernels_against_float64(op, n, dtype):
             for name, got, ref in (("dx", dx, want[0]), ("dw", dw, want[1]), ("db", db, want[2])):
                 _close(got, ref, dtype if name == "dx" else torch.float32, f"{name} N={n} M={m}",
                        _dx_scale(op, x, w, dy) if name == "dx" else None)
+
+
+@pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True), (False, False)])
+def test_long_layernorm_rows_take_pytorchs_backward(weight, bias):
+    """LayerNorm rows past ``norm_backward.MAX_N`` go to PyTorch's own backward kernel, with the
+    forward's (rows,) mean and rstd: every gradient asked for and none that was not, against float64
+    autograd (on the CPU, where that kernel also runs; RMSNorm's fused backward has no CPU kernel,
+    and its long rows are tested on the GPU by test_gradients_against_float64)."""
+    from kernels import norm_backward
+    n = 2 * norm_backward.MAX_N + 3
+    g = torch.Generator().manual_seed(n + weight + 2 * bias)
+    x, dy = torch.randn(3, n, generator=g, dtype=torch.float64) * 2 + 0.5, torch.randn(3, n, generator=g, dtype=torch.float64)
+    w = torch.randn(n, generator=g, dtype=torch.float64) if weight else None
+    b = torch.randn(n, generator=g, dtype=torch.float64) if bias else None
+    mean, rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + 1e-5)
+    dx, dw, db = KF.layernorm_backward(dy, x, w, mean, rstd, bias)
+    inputs = [x] + [t for t in (w, b) if t is not None]
+
+    def ln(x, *p):
+        it = iter(p)
+        return torch.nn.functional.layer_norm(x, (n,), next(it) if weight else None, next(it) if bias else None, 1e-5)
+    ref = iter(_ref_grads(ln, inputs, dy))
+    torch.testing.assert_close(dx, next(ref), rtol=1e-9, atol=1e-9)
+    assert (dw is None) == (not weight) and (db is None) == (not bias)
+    for got in (dw, db):
+        if got is not None:
+            torch.testing.assert_close(got, next(ref), rtol=1e-9, atol=1e-9)

@@ -8,7 +8,7 @@ import pytest
 
 from kernels.config import RowConfig, row_config, vector_width
 from kernels.cubin import kernel_resources
-from kernels.inspect import access_bits, inspect_op, main
+from kernels.inspect import access_bits, divergent_shuffles, inspect_op, main
 from kernels.rowkernel import COLUMNS_ALL_FROM
 
 from _grid import NS  # the GPU tests' row lengths: every kernel they launch is checked here
@@ -16,6 +16,29 @@ from _grid import NS  # the GPU tests' row lengths: every kernel they launch is 
 OPS = ["reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy", "softmax_backward",
        "cross_entropy_backward"]
 BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
+
+
+def test_divergent_shuffles_finds_a_shuffle_that_one_lane_reaches():
+    """The check above, on a kernel it must refuse: warp_idx() (a shfl.sync of the whole warp)
+    inside the branch of lane 0, as cross-entropy's in-launch mean once had it."""
+    import cutlass.cute as cute
+    from cutlass import Float32
+    from kernels.compile import compile_once, fake_stream, fake_vector
+
+    @cute.kernel
+    def kernel(out: cute.Tensor):
+        if cute.arch.lane_idx() == 0:
+            out[cute.arch.warp_idx()] = Float32(1.0)
+
+    @cute.jit
+    def host(out: cute.Tensor, stream):
+        kernel(out).launch(grid=[1, 1, 1], block=[128, 1, 1], stream=stream)
+
+    ptx = compile_once(("divergent_shuffle_example",),
+                       lambda: (host, (fake_vector(Float32, 4), fake_stream()), None)).ptx
+    found = divergent_shuffles(ptx)
+    assert len(found) == 1 and "shfl.sync.idx" in found[0], found
+    assert not divergent_shuffles(ptx.replace("%laneid", "%nctaid.x")), "a uniform branch is not divergent"
 
 
 def test_access_bits():
@@ -32,6 +55,8 @@ def test_table_configs_compile_without_spills(op, dtype, n):
     assert rep.frame_bytes == 0, f"{op} {dtype} N={n} uses {rep.frame_bytes} B of local memory: {rep.config}"
     assert not rep.has("local memory")
     assert 0 < rep.registers <= 255
+    # every lane reaches each shuffle (one inside a lane-0 branch hung cross-entropy's mean)
+    assert not divergent_shuffles(rep.ptx), f"{op} {dtype} N={n}: {divergent_shuffles(rep.ptx)}"
     bits = BITS[dtype]
     # the row is read with the widest access N allows (128 bits when N is a multiple of the
     # vector): into registers, or into shared memory (cp.async moves 4 bytes at least)

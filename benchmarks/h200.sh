@@ -55,8 +55,13 @@ import sys, nbformat, nbclient
 p = sys.argv[1]
 nb = nbformat.read(p, 4)
 # every cell runs even past an error, so that one pass names every failing cell
-nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                        resources={"metadata": {"path": "book"}}).execute()
+try:
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": "book"}}).execute()
+except Exception as e:  # a cell past its time limit (a hang): the cells before it are kept
+    print(f"{p}: stopped: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    nbformat.write(nb, p)
+    sys.exit(1)
 nbformat.write(nb, p)
 bad = [(i, o.get("ename"), str(o.get("evalue"))[:300]) for i, c in enumerate(nb.cells) if c.cell_type == "code"
        for o in c.get("outputs", []) if o.get("output_type") == "error"]

@@ -117,13 +117,27 @@ def test_toc_notebook_has_myst_twin(entry):
     assert md.exists(), f"{entry}.ipynb has no {md.name}: run `jupytext --sync {entry}.ipynb`"
 
 
+#: Chapters whose cells tagged `gpu` may be stored pending (never run, no outputs): changed since
+#: their last execution on an H200, they wait for the next one. Every other chapter is stored
+#: executed in full.
+PENDING_GPU = {"09_cross_entropy.ipynb"}
+
+
+def _pending(c) -> bool:
+    return "gpu" in c.metadata.get("tags", []) and c.get("execution_count") is None and not c.outputs
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_notebook_is_stored_executed(path):
-    """Every code cell ran, top to bottom in one kernel, without error; a cell tagged `gpu`
-    may instead be pending (never run, no outputs) until the chapter is executed on a GPU."""
+    """Every code cell ran, top to bottom in one kernel, without error; in a chapter of
+    PENDING_GPU, a cell tagged `gpu` may instead be pending until the chapter runs on a GPU
+    (and such a chapter must still have one, so that the list cannot go stale)."""
     nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()
-            and not ("gpu" in c.metadata.get("tags", []) and c.get("execution_count") is None and not c.outputs)]
+    pending = path.name in PENDING_GPU
+    if pending:
+        assert any(_pending(c) for c in nb.cells if c.cell_type == "code"), f"{path.name}: nothing pending; " \
+            "take it out of PENDING_GPU"
+    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip() and not (pending and _pending(c))]
     hint = f"re-execute: jupyter nbconvert --to notebook --execute --inplace book/{path.name}"
     counts = [c.get("execution_count") for c in code]
     assert None not in counts, f"{path.name}: cells never run ({hint})"

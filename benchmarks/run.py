@@ -169,22 +169,57 @@ def suite_reduction(args, ceil):
     return rows
 
 
-def suite_op(op: str):
+#: The shapes suite's row lengths (issue "every N at speed"): two drawn per octave from 2^10 to
+#: 2^18 with a fixed seed, at least one of them odd, beside the vocabularies of real models.
+SHAPE_SEED = 2026
+VOCABULARIES = {"GPT-2": 50257, "Llama 2": 32000, "Llama 3": 128256, "Qwen 2": 151936, "Gemma": 256000,
+                "Mistral Nemo": 131072, "T5": 32128}
+
+
+def shape_ns(seed: int = SHAPE_SEED) -> list[int]:
+    """Row lengths for the shapes suite: for each octave [2^k, 2^(k+1)), k = 10..17, one odd N
+    and one other N drawn uniformly (seeded), then the vocabularies; sorted, no repeats."""
+    import random
+    rng = random.Random(seed)
+    ns = set(VOCABULARIES.values())
+    for k in range(10, 18):
+        lo, hi = 1 << k, 1 << (k + 1)
+        ns.add(rng.randrange(lo + 1, hi, 2))  # odd
+        ns.add(rng.randrange(lo, hi))
+    return sorted(ns)
+
+
+def _filtered(args, ns, dtypes=DTYPES):
+    """The row lengths and dtypes that ``--ns`` and ``--dtypes`` keep (both by default)."""
+    if getattr(args, "ns", ""):
+        keep = {int(v) for v in args.ns.split(",")}
+        ns = [n for n in ns if n in keep]
+    if getattr(args, "dtypes", ""):
+        dtypes = {k: v for k, v in dtypes.items() if k in args.dtypes.split(",")}
+    return ns, dtypes
+
+
+def suite_op(op: str, points=None):
     """Every implementation at every (dtype, N): built and called once (the first call, which
     compiles), then timed in ``args.rounds`` rounds, the order alternating between rounds so
     that no implementation always runs first or last; a row reports the median of its rounds
-    (each the median of 20 calls) and every round's time (``rounds_us``)."""
+    (each the median of 20 calls) and every round's time (``rounds_us``). ``points(args)``
+    gives the row lengths (default: the powers of two of OP_NS)."""
     def run(args, ceil):
         from kernels import compile as kc
-        ns = OP_NS if not args.quick else [4096, 65536, 262144]
+        ns = points(args) if points else OP_NS if not args.quick else [4096, 65536, 262144]
+        ns, dtypes = _filtered(args, ns)
+        skip = set(filter(None, getattr(args, "skip", "").split(",")))
         ceiling = ceil["read"] if op == "cross_entropy" else ceil["copy"]
         rows = []
-        for name, dt in DTYPES.items():
+        for name, dt in dtypes.items():
             for n in ns:
                 m = rows_for(n)
                 nbytes = bytes_moved(op, m, n, torch.finfo(dt).bits // 8)
                 fns, extras, failed = {}, {}, {}
                 for impl, make in peer_impls(op):
+                    if impl in skip:
+                        continue
                     try:
                         fn = make(m, n, dt)
                         before = len(kc.cache())
@@ -203,6 +238,8 @@ def suite_op(op: str):
                         failed[impl] = f"{type(e).__name__}: {str(e)[:80]}"
                 times = H.time_rounds(fns, args.rounds, failed=failed)
                 for impl, _ in peer_impls(op):
+                    if impl in skip:
+                        continue
                     if impl in failed:
                         rows.append(H.row(op, impl, name, m, n, nbytes, float("nan"), ceiling, note=failed[impl]))
                     else:
@@ -269,6 +306,8 @@ SUITES = {
     "softmax": suite_op("softmax"),
     "cross_entropy": suite_op("cross_entropy"),
     "host_latency": suite_host_latency,
+    "shapes": lambda args, ceil: [r for op in (o for o in OP_SUITES if not args.ops or o in args.ops.split(","))
+                                  for r in suite_op(op, lambda a: shape_ns() if not a.quick else [4097, 50257])(args, ceil)],
     "backward": lambda args, ceil: __import__("benchmarks.backward", fromlist=["suite"]).suite(args, ceil),
 }
 OP_SUITES = ("rmsnorm", "layernorm", "softmax", "cross_entropy")
@@ -283,11 +322,12 @@ def main(argv=None):
                    help="rmsnorm, softmax, cross_entropy: rounds of timing a point, the order of the "
                         "implementations alternating (default 5)")
     p.add_argument("--calls", type=int, default=HOST_CALLS, help="host_latency: calls a round (default %(default)s)")
-    p.add_argument("--skip", default="", help="backward: implementations left out, comma-separated (e.g. "
-                   "torch.compile, whose compile per point can outlast one device call)")
-    p.add_argument("--ops", default="", help="backward: the ops timed, comma-separated (default: all)")
-    p.add_argument("--dtypes", default="", help="backward: bf16, fp32 or both (default: both)")
-    p.add_argument("--ns", default="", help="backward: the row lengths timed, comma-separated (default: all)")
+    p.add_argument("--skip", default="", help="backward, shapes and the op suites: implementations left out, "
+                   "comma-separated (e.g. torch.compile, whose compile per point can outlast one device call)")
+    p.add_argument("--ops", default="", help="backward, shapes: the ops timed, comma-separated (default: all)")
+    p.add_argument("--dtypes", default="", help="backward, shapes, op suites: bf16, fp32 or both (default: both)")
+    p.add_argument("--ns", default="", help="backward, shapes, op suites: the row lengths timed, comma-separated "
+                   "(default: all)")
     a = p.parse_args(argv)
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings (TB/s):", ceil, flush=True)
@@ -302,7 +342,8 @@ def main(argv=None):
                            "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
                            **({"rounds": a.rounds, "timing": "median of the rounds (rounds_us), the order of the "
                                "implementations alternating; each round the median of 20 calls after 3 warm-up"}
-                              if s in OP_SUITES + ("backward",) else {}),
+                              if s in OP_SUITES + ("backward", "shapes") else {}),
+                           **({"shape_seed": SHAPE_SEED, "vocabularies": VOCABULARIES} if s == "shapes" else {}),
                            **({"rounds": a.rounds, "timing": f"wall time per call: {a.calls} calls back to "
                                "back then a synchronize, the median of the rounds (rounds_us), the order "
                                "alternating"} if s == "host_latency" else {}),

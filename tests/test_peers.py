@@ -77,3 +77,28 @@ def test_backward_suite_counts_the_bytes_a_training_step_moves():
     assert [elements("cross_entropy", p) for p in PASSES] == [1, 2, 3]
     for op in OPS:
         assert [name for name, _ in implementations(op)] == ["ours", "torch", "torch.compile", "liger", "quack"]
+
+
+def test_shapes_suite_draws_two_n_an_octave_and_the_vocabularies():
+    """The shapes suite's row lengths: two in each octave from 2^10 to 2^18, at least one odd,
+    the same on every call (a fixed seed), and the vocabularies of real models (GPT-2's 50257,
+    Llama 3's 128256 among them), all within the kernels' range."""
+    from benchmarks.run import VOCABULARIES, shape_ns
+    from kernels.config import MAX_N
+    ns = shape_ns()
+    assert ns == shape_ns() == sorted(set(ns))
+    assert {50257, 128256} <= set(ns) and set(VOCABULARIES.values()) <= set(ns)
+    for k in range(10, 18):
+        drawn = [n for n in ns if (1 << k) <= n < (1 << (k + 1)) and n not in VOCABULARIES.values()]
+        assert len(drawn) == 2 and any(n % 2 for n in drawn), (k, drawn)
+    assert all(1 <= n <= MAX_N for n in ns)
+    assert shape_ns(seed=1) != ns  # the seed decides the draw
+
+
+def test_suite_filters_keep_what_was_asked():
+    from types import SimpleNamespace
+    from benchmarks.run import _filtered
+    ns, dts = _filtered(SimpleNamespace(ns="4097,50257", dtypes="bf16"), [1024, 4097, 50257])
+    assert ns == [4097, 50257] and list(dts) == ["bf16"]
+    ns, dts = _filtered(SimpleNamespace(ns="", dtypes=""), [1024, 4097])
+    assert ns == [1024, 4097] and list(dts) == ["fp32", "bf16"]

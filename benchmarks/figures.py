@@ -46,7 +46,7 @@ def select(rows, **where):
 
 def caption(meta: dict) -> str:
     return (f"Measured on {meta['gpu']} (driver {meta.get('driver')}), torch {meta['torch']}, "
-            f"nvidia-cutlass-dsl {meta['nvidia-cutlass-dsl']}, {meta['date'][:10]}, commit {str(meta['commit'])[:7]}.")
+            f"nvidia-cutlass-dsl {meta['nvidia-cutlass-dsl']}, {meta['date'][:10]}.")
 
 
 def table(rows, cols, fmt=None) -> str:

@@ -399,3 +399,30 @@ def test_checker_passes_the_untouched_copy(broken, browser):
     """The copy the tests above break reads well before it is broken."""
     _, check = broken
     assert check("book/08_softmax.html", browser) == []
+
+
+#: A commit hash (7 to 40 hex digits, letters and digits both; not a PTX float literal such as
+#: 0f3f800000 or 0d3ff0000000000000) or a run's name ("run K").
+_PROVENANCE = re.compile(r"\b(?!0f[0-9a-f]{8}\b|0d[0-9a-f]{16}\b)(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|\brun [A-Z]\b")
+#: The most words of prose a chapter may have: the course's chapters 1-6, then the rest.
+MAX_WORDS = {**{f"{i:02d}": 4000 for i in range(1, 7)}, "default": 4500}
+
+
+def _prose_words(md):
+    text = "\n".join(c.source for c in jupytext.read(md).cells if c.cell_type == "markdown")
+    return len(re.findall(r"[A-Za-z][A-Za-z'-]*", re.sub(r"`[^`]*`|\$[^$]*\$", " ", text)))
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_chapter_speaks_to_readers(nb):
+    """No commit hash or run name in a chapter, in its prose or in what its cells print
+    (provenance stays in book/data's JSON), and at most MAX_WORDS words of prose."""
+    found = []
+    for i, c in enumerate(nbformat.read(nb, 4).cells):
+        texts = [c.source] if c.cell_type == "markdown" else [
+            o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in c.get("outputs", [])]
+        found += [(i, m.group(0)) for t in texts for m in _PROVENANCE.finditer("".join(t))]
+    assert not found, f"{nb.name}: commit hashes or run names {found[:5]}"
+    md = nb.with_suffix(".myst.md")
+    limit = MAX_WORDS.get(nb.name[:2], MAX_WORDS["default"])
+    assert _prose_words(md) <= limit, f"{md.name}: {_prose_words(md)} words of prose, more than {limit}"

@@ -1,4 +1,5 @@
-"""Every forward and backward kernel once, at ragged and cluster row lengths, for
+"""Every forward and backward kernel once, at ragged and cluster row lengths (odd N included,
+and views that start inside a 16-byte word: the rows' aligned windows and their edges), for
 compute-sanitizer (``bash benchmarks/h200.sh sanitize`` runs it under memcheck, racecheck and
 synccheck, with ``--report-api-errors no``: the DSL probes driver symbols, which the sanitizer
 would report as host API errors that are not kernel errors).
@@ -15,12 +16,14 @@ from kernels.norm_backward import MAX_N as NORM_BWD_MAX_N
 from kernels.norm_backward import layernorm_backward_out, rmsnorm_backward_out
 from kernels.softmax import softmax_backward_out
 
-NS = (1, 3001, 131071, 262144)
+NS = (1, 3001, 50257, 131071, 262144)
+#: Offsets (elements) of the misaligned views, each at every N.
+OFFSETS = (0, 1, 7)
 
 
-def run(n: int, dt: torch.dtype) -> None:
+def run(n: int, dt: torch.dtype, offset: int = 0) -> None:
     m = 3 if n > 65536 else 37
-    x = torch.randn(m, n, device="cuda", dtype=dt)
+    x = torch.randn(m * n + offset, device="cuda", dtype=dt)[offset:].view(m, n)
     w, b = torch.randn(n, device="cuda", dtype=dt), torch.randn(n, device="cuda", dtype=dt)
     t = torch.randint(0, n, (m,), device="cuda")
     kernels.copy(x)
@@ -46,8 +49,9 @@ def run(n: int, dt: torch.dtype) -> None:
 def main() -> int:
     for n in NS:
         for dt in (torch.bfloat16, torch.float32):
-            run(n, dt)
-            print(f"ran every kernel at N = {n}, {dt}", flush=True)
+            for offset in OFFSETS:
+                run(n, dt, offset)
+            print(f"ran every kernel at N = {n}, {dt}, views at offsets {OFFSETS}", flush=True)
     return 0
 
 

@@ -197,6 +197,10 @@ class RowConfig:
     ahead:             "stream": load pass p + 1 before folding pass p (a second buffer)
     groups:            "smem": cp.async commit groups, the fold waiting for each in turn
     targets:           "late" or "split": when per-row inputs are loaded (:data:`TARGET_ORDERS`)
+    head:              rows may start anywhere in a 16-byte word and N need not be a multiple
+                       of ``vec``: the accesses cover each row's *aligned window*, from its
+                       start rounded down to ``vec`` elements (a run-time head of h < vec
+                       elements) to N + h, at least N + vec - 1 columns
     """
 
     threads_per_row: int
@@ -209,6 +213,7 @@ class RowConfig:
     ahead: bool = False
     groups: int = 1
     targets: str = "late"
+    head: bool = False
 
     def __repr__(self) -> str:
         # Fields after vecs_per_thread are shown only where they are not their default.
@@ -270,15 +275,17 @@ class RowConfig:
             raise ValueError(f"cluster_n must be a power of two <= {MAX_CLUSTER}")
         if self.cluster_n > 1 and self.warps_per_row * self.cluster_n > 32 * 16:
             raise ValueError("too many partials for one cluster exchange")
-        if self.cols_covered < n:
-            raise ValueError(f"{self} covers {self.cols_covered} < N = {n} columns")
-        if self.cluster_n * self.passes > 1 and n <= self.cols_per_pass:
+        window = n + self.vec - 1 if self.head else n  # the columns the accesses must cover
+        if self.cols_covered < window:
+            raise ValueError(f"{self} covers {self.cols_covered} < {window} columns"
+                             + (f" (N = {n} and a head of up to {self.vec - 1})" if self.head else ""))
+        if self.cluster_n * self.passes > 1 and window <= self.cols_per_pass:
             # the row is then a single column tile, whose tile mode CuTe gives stride 0: a second
             # block or pass would read the first one's columns again instead of none
             raise ValueError(f"{self} gives one block's first pass all N = {n} columns, leaving the other "
                              "blocks or passes none: use fewer accesses a pass or fewer blocks")
-        if n % self.vec:
-            raise ValueError(f"vec={self.vec} must divide N={n}")
+        if n % self.vec and not self.head:
+            raise ValueError(f"vec={self.vec} must divide N={n} (or the rows take a head: head=True)")
         if self.stage not in STAGES:
             raise ValueError(f"stage must be one of {STAGES}, got {self.stage!r}")
         if self.stage != "stream" and self.passes != 1:
@@ -329,7 +336,7 @@ def _next_pow2(x: int) -> int:
 
 
 def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_tier: str = "cluster",
-               stage: str | None = None) -> RowConfig:
+               stage: str | None = None, head: bool = False) -> RowConfig:
     """The configuration of ``op`` (a key of :data:`TABLES`) for a row of ``n`` elements of
     ``elem_bits`` bits, with accesses of ``vec`` elements (default: the widest that divides N).
 
@@ -337,6 +344,8 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
               or "cluster"); capping it shows what each tier buys, at the cost of more
               elements per thread (or more passes).
     stage:    a kept row's "reg" or "smem" in place of the table's.
+    head:     the rows' aligned windows (:class:`RowConfig`) are covered, N + vec - 1 columns
+              (the table's row is still the one N falls in).
     """
     if not 1 <= n <= MAX_N:
         raise ValueError(f"N must be in [1, {MAX_N}], got {n}")
@@ -351,8 +360,8 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
         # a forced staging takes the commit groups of the op's staged rows
         groups = next((r.groups for r in table(op, elem_bits) if r.stage == "smem"), 1)
         entry = replace(entry, stage=stage, groups=groups if stage == "smem" else 1)
-    vec = vec or vector_width(n, elem_bits)
-    nvec = n // vec
+    vec = vec or (128 // elem_bits if head else vector_width(n, elem_bits))
+    nvec = (n + 2 * vec - 2) // vec if head else n // vec
     tpr, tpb, cluster = entry.threads_per_row, entry.threads_per_block, entry.cluster
     cap = TIERS.index(max_tier)
     if cap < 3 and cluster > 1:  # no cluster: one block takes the whole row
@@ -368,7 +377,8 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
     cluster = min(cluster, _next_pow2(math.ceil(nvec / (tpr))))
     if entry.stage != "stream":
         per_thread = math.ceil(nvec / (tpr * cluster))
-        cfg = RowConfig(tpr, tpb, cluster, vec, per_thread, 1, entry.stage, groups=math.gcd(entry.groups, per_thread))
+        cfg = RowConfig(tpr, tpb, cluster, vec, per_thread, 1, entry.stage, groups=math.gcd(entry.groups, per_thread),
+                        head=head)
         if cfg.stage == "reg" and per_thread * vec > MAX_KEPT_ELEMS:
             raise ValueError(
                 f"a row of {n} elements does not fit in registers with max_tier={max_tier!r} "
@@ -384,7 +394,7 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
     per_thread = min(stream_vecs, math.ceil(nvec / (tpr * cluster)))
     passes = math.ceil(nvec / (tpr * cluster * per_thread))
     return RowConfig(tpr, tpb, cluster, vec, per_thread, passes, "stream", ahead=entry.ahead and passes > 1,
-                     targets=entry.targets)
+                     targets=entry.targets, head=head)
 
 
 def print_table(op: str = "rmsnorm", elem_bits: int = 16, ns=None) -> None:

@@ -108,7 +108,9 @@ def _count(ptx: str) -> dict:
 
 def compile_op(op: str, dtype: str, n: int, **kw):
     """Compile (or fetch from the cache) the kernel ``op`` launches for rows of n, as its
-    public function calls it with default arguments (``config`` overrides the table)."""
+    public function calls it with default arguments on a contiguous tensor (``config``
+    overrides the table; ``head`` chooses the rows' aligned windows, by default where N is not
+    a multiple of the 128-bit vector)."""
     from .compile import TORCH_BY_NAME
     tdt = TORCH_BY_NAME[dtype]
     if op == "copy":
@@ -120,7 +122,10 @@ def compile_op(op: str, dtype: str, n: int, **kw):
                               stream=kw.get("stream", True), config=kw.get("config"))
     row_ops = _row_ops()
     if op in row_ops:
-        return row_ops[op].compile(tdt, n, config=kw.get("config"))
+        from .config import vector_width
+        cls, eb = row_ops[op], tdt.itemsize
+        head = kw.get("head", cls.takes_window(n, eb, vector_width(n, 8 * eb)))
+        return cls.compile(tdt, n, config=kw.get("config"), head=head)
     raise ValueError(f"op must be one of {OPS}, got {op!r}")
 
 

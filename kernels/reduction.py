@@ -30,9 +30,10 @@ class RowReduce(RowOp):
         super().__init__(dtype, n, cfg, present, in_dtypes)
 
     @classmethod
-    def configure(cls, n, elem_bits, vec, options):
+    def configure(cls, n, elem_bits, vec, options, head=False):
         op, max_tier, stream = options
-        return row_config("row_reduce" if stream else "row_reduce_kept", n, elem_bits, vec=vec, max_tier=max_tier)
+        return row_config("row_reduce" if stream else "row_reduce_kept", n, elem_bits, vec=vec, max_tier=max_tier,
+                          head=head)
 
     def row_values(self, io, b, results, pre):
         return {"out": results[0][0]}

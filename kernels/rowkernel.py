@@ -112,6 +112,9 @@ class RowOp:
                              "or 'smem')")
         if cfg.stage == "stream" and len(self.rows) > 1:
             raise ValueError(f"{type(self).__name__} reads {len(self.rows)} rows: a streamed op reads one")
+        if self.col_out and cfg.head:
+            raise ValueError(f"{type(self).__name__} sums over rows, column by column: its rows cannot take "
+                             "windows of their own (head=True)")
         if self.col_out and (cfg.stage != "reg" or cfg.cluster_n != 1 or cfg.rows_per_block != 1):
             raise ValueError(f"{type(self).__name__} sums over rows: it takes one row a block, kept in "
                              f"registers, no cluster; got {cfg}")
@@ -122,9 +125,10 @@ class RowOp:
 
     # ---- what an op overrides --------------------------------------------------------
     @classmethod
-    def configure(cls, n: int, elem_bits: int, vec: int, options: tuple):
-        """The configuration for rows of n elements (default: the op's table)."""
-        return row_config(cls.table, n, elem_bits, vec=vec)
+    def configure(cls, n: int, elem_bits: int, vec: int, options: tuple, head: bool = False):
+        """The configuration for rows of n elements (default: the op's table); ``head``: for
+        the rows' aligned windows."""
+        return row_config(cls.table, n, elem_bits, vec=vec, head=head)
 
     def fold_input(self, v, i: int, results):
         """What reduction ``i`` folds, elementwise, as fp32: by default the first row input.
@@ -188,46 +192,64 @@ class RowOp:
         optional = cols + row_out + extra
         present_cols = tuple([c for c in cols if c is not None]) if cols else ()
         vec = validate.access_width(n, eb, rows + out, present_cols)
+        natural = (n * eb | 16) & -(n * eb | 16)  # the widest access N itself allows, in bytes
+        # Narrower than 16 bytes (an odd N, a misaligned view): each row's aligned window
+        # instead, 16-byte accesses in its body (RowConfig.head), where the op allows it.
+        head = config.head if config is not None else cls.takes_window(n, eb, vec)
+        if head:
+            vec = 16 // eb
         present = tuple([t is not None for t in optional]) if optional else ()
         in_dtypes = tuple([t.dtype for t in row_in]) if row_in else ()
-        key = (cls, x.dtype, n, vec, present, in_dtypes, config, options)
+        key = (cls, x.dtype, n, vec, head, present, in_dtypes, config, options)
         hit = _LAUNCH.get(key)
         if hit is None:
             validate.check_arch(x.device)
-            hit = cls.compile(x.dtype, n, vec, present, in_dtypes, config, options)
+            hit = cls.compile(x.dtype, n, vec, present, in_dtypes, config, options, head=head)
             _LAUNCH[key] = hit
-        if remember is not None and vec * eb == ((n * eb | 16) & -(n * eb | 16)):
+        # (a window kernel is right for any row alignment; a plain one only for what N allows)
+        if remember is not None and (natural < 16 if head else vec * eb == natural):
             cls.fast[remember] = hit.fn
         col_out, more = late(hit.config) if late is not None else ((), ())
         hit.fn(rows + out + present_cols + row_in
                + tuple([t for t in row_out + extra if t is not None]) + col_out + scalars + more)
 
     @classmethod
+    def takes_window(cls, n: int, elem_bytes: int, vec: int) -> bool:
+        """Whether rows of n elements whose tensors allow accesses of ``vec`` elements at most
+        (what N, the strides and the base addresses share) take their aligned windows instead
+        (:class:`~kernels.config.RowConfig`'s ``head``): where that is narrower than 16 bytes,
+        the row holds two words at least, and the op does not sum over rows column by column."""
+        return vec * elem_bytes < 16 and n >= 32 // elem_bytes and not cls.col_out
+
+    @classmethod
     def compile(cls, dtype, n: int, vec: int | None = None, present=None, in_dtypes=None, config=None,
-                options=None):
+                options=None, head: bool = False):
         """Compile (once) the kernel for rows of n elements of ``dtype`` (a torch dtype), with
         the optional tensors of ``present`` (one flag each for cols, row_out and extra, in
         order; default: those the public function passes) and ``options`` (default: the public
-        function's); usable without a GPU."""
+        function's); with ``head``, for rows of any alignment (their aligned windows,
+        :class:`~kernels.config.RowConfig`). Usable without a GPU."""
         options = cls.default_options if options is None else tuple(options)
         if in_dtypes is None:
             in_dtypes = tuple(torch.int64 if name == "target" else torch.float32 for name in cls.row_in)
         bits = torch.finfo(dtype).bits
-        vec = vec or vector_width(n, bits)
+        head = config.head if config is not None else head
+        vec = vec or (128 // bits if head else vector_width(n, bits))
         slots = cls.cols + cls.row_out + cls.extra
         present = tuple(present) if present is not None else tuple(name in cls.default_present for name in slots)
         if len(present) != len(slots):
             raise ValueError(f"{cls.__name__}: {len(slots)} optional tensors, got {len(present)} flags")
         in_dtypes = tuple(in_dtypes)
-        key = (cls.__name__, str(dtype), n, vec, present, tuple(map(str, in_dtypes)), config, options)
+        key = (cls.__name__, str(dtype), n, vec, head, present, tuple(map(str, in_dtypes)), config, options)
 
         def build():
-            cfg = config or cls.configure(n, bits, vec, options)
+            cfg = config or cls.configure(n, bits, vec, options, head=head)
             ct = TORCH_TO_CUTE[dtype]
             op = cls(ct, n, cfg, frozenset(name for name, p in zip(slots, present) if p), in_dtypes, *options)
             m = cute.sym_int()
-            args = [fake_rows(ct, n, cfg.vec) for _ in cls.rows + cls.out]
-            args += [fake_vector(ct, n, cfg.vec) for name in cls.cols if name in op.present]
+            align = 1 if cfg.head else cfg.vec  # a window kernel takes rows of any stride and base
+            args = [fake_rows(ct, n, align) for _ in cls.rows + cls.out]
+            args += [fake_vector(ct, n, align) for name in cls.cols if name in op.present]
             args += [fake_vector(TORCH_TO_CUTE[d], op.row_in_extent(name, m)) for name, d in zip(cls.row_in, in_dtypes)]
             args += [fake_vector(Float32, m) for name in cls.row_out if name in op.present]
             args += list(op.fake_extra(m))
@@ -389,26 +411,114 @@ class Block:
             cluster_reduce_setup(self.mbar, stages)
         self.thr = tiled_copy.get_slice(self.tidx)
         self.m_shape = mX.shape
-        self.cX = cute.local_tile(cute.make_identity_tensor(mX.shape), tiler_mn, (self.bidx, None))
+        self.head = const_expr(cfg.head)
+        # A window's coordinates run over its columns, N + h of them; the row's are those less h.
+        self.c_shape = (mX.shape[0], cfg.cols_covered) if const_expr(cfg.head) else mX.shape
+        self.cX = cute.local_tile(cute.make_identity_tensor(self.c_shape), tiler_mn, (self.bidx, None))
         self.even_n = const_expr(op.n == cfg.cols_covered)
         self.load = access_atom(mX.element_type, cfg.vec)
+        self.load_vec = cfg.vec
+        self.h, self.aligned = Int32(0), True
+        if const_expr(cfg.head):
+            self.h, self.aligned = self.row_head(list(io.rows.values()) + list(io.out.values()))
 
     def at(self, tile):
         """Move to row tile ``tile`` (a persistent kernel walks them)."""
         self.bidx = tile
         self.row = tile * self.rows_per_block + self.tidx // self.threads_per_row
-        self.cX = cute.local_tile(cute.make_identity_tensor(self.m_shape), self.tiler_mn, (tile, None))
+        self.cX = cute.local_tile(cute.make_identity_tensor(self.c_shape), self.tiler_mn, (tile, None))
+
+    # ---- the aligned window of a row (RowConfig.head) -------------------------------------
+    def row_address(self, mT):
+        """The byte address of this thread's row of ``mT`` (the last row for a thread past M,
+        which never reads or writes it)."""
+        row = cutlass.min(self.row, self.m - 1)
+        return mT.iterator.toint() + Int64(row) * Int64(mT.stride[0]) * (mT.element_type.width // 8)
+
+    def row_head(self, tensors):
+        """(h, aligned): the elements before this thread's row of the first tensor in its
+        16-byte word, and whether every tensor's row starts at the same place in its word
+        (then their windows line up, and their accesses can be whole words)."""
+        eb = tensors[0].element_type.width // 8
+        heads = [Int32(self.row_address(mT) & 15) // eb for mT in tensors]
+        apart = Int32(0)
+        for h in heads[1:]:
+            apart = apart | (h ^ heads[0])
+        return heads[0], apart == 0
+
+    def window(self, mT):
+        """This thread's row of ``mT`` from its 16-byte word on, as a (rows_per_block,
+        cols_covered) tensor with row stride 0 (each thread of the tile sees its own row)."""
+        addr = self.row_address(mT)
+        ptr = cute.make_ptr(mT.element_type, addr - (addr & 15), cute.AddressSpace.gmem, assumed_align=16)
+        return cute.make_tensor(ptr, cute.make_layout((self.rows_per_block, self.c_shape[1]), stride=(0, 1)))
 
     def tiles(self, mT):
         """Tensor ``mT`` (M, N) as this block's column tiles: (rows_per_block, cols_per_pass, tile)."""
+        if const_expr(self.head):
+            return cute.local_tile(self.window(mT), self.tiler_mn, (0, None))
         return cute.local_tile(mT, self.tiler_mn, (self.bidx, None))
 
     def view(self, mT, tile: int):
         """This thread's accesses of column tile ``tile`` of ``mT``, their coordinates and
-        per-access predicate (None when N fills every tile)."""
+        per-access predicate (None when N fills every tile; in a window, an access is on when
+        it holds an element of the row)."""
         tXgX = self.thr.partition_S(self.tiles(mT)[None, None, tile])
         tXcX = self.thr.partition_S(self.cX[None, None, tile])
+        if const_expr(self.head):
+            return tXgX, tXcX, window_predicate(tXcX, self.h + self.n)
         return tXgX, tXcX, None if self.even_n else column_predicate(tXcX, self.n)
+
+    @cute.jit
+    def load_rows(self, mT, tXgX, tXrX, tXcX, tXpX):
+        """Issue the loads of this thread's accesses ``tXgX`` of ``mT`` into ``tXrX`` (rows past
+        M load nothing). A window's whole words where the tensors' rows line up (what lies
+        outside the row is masked later, :meth:`mask`), else element by element."""
+        if tXcX[0][0] < self.m:
+            if const_expr(self.head):
+                if self.aligned:
+                    cute.copy(self.load, tXgX, tXrX, pred=tXpX)
+                else:
+                    gather(tXrX, tXcX, self.h, self.n, lambda c: mT[self.row, c])
+            else:
+                cute.copy(self.load, tXgX, tXrX, pred=tXpX)
+
+    @cute.jit
+    def mask(self, frag, tXcX, pad):
+        """In a window, set the values of ``frag`` outside the row to ``pad``."""
+        if const_expr(self.head):
+            mask_outside(frag, tXcX, self.h, self.h + self.n, pad)
+
+    @cute.jit
+    def store(self, mO, tXrO, tXgO, tXcX, tXpX):
+        """Store ``tXrO`` to this thread's accesses ``tXgO`` of ``mO`` (rows past M skipped)."""
+        if tXcX[0][0] < self.m:
+            if const_expr(self.head):
+                for k in cutlass.range_constexpr(cute.size(tXrO, mode=[2])):
+                    self.store_access(mO, tXrO[None, None, k], tXgO[None, None, k], tXcX[None, None, k])
+            else:
+                cute.copy(self.load, tXrO, tXgO, pred=tXpX)
+
+    @cute.jit
+    def store_access(self, mO, tXrO_k, tXgO_k, tXcX_k):
+        """One access of a window: one 16-byte store when it lies wholly inside the row (and
+        the tensors' rows line up), else element by element, the row's elements only."""
+        c0 = tXcX_k[0][1]
+        whole = self.aligned & (c0 >= self.h) & (c0 + self.load_vec <= self.h + self.n)
+        if whole:
+            cute.copy(self.load, tXrO_k, tXgO_k)
+        else:
+            scatter(tXrO_k, tXcX_k, self.h, self.n, lambda c, value: mO.__setitem__((self.row, c), value))
+
+    @cute.jit
+    def gather_columns(self, mW, like, tXcX):
+        """A column input (weight, bias) for values laid out like ``like`` at window columns
+        ``tXcX``: element by element (a window's columns are the row's shifted by h, so the
+        vector's accesses are not its words), zero outside the row; as fp32."""
+        frag = cute.make_rmem_tensor_like(like, mW.element_type)
+        frag.fill(0.0)
+        gather(frag, tXcX, self.h, self.n, lambda c: mW[c])
+        return frag.load().to(Float32)
 
     def column(self, mW, tile: int):
         """This thread's share of a length-N column input: the vector viewed as an (M, N)
@@ -434,6 +544,49 @@ def over_accesses(start: cutlass.Constexpr[int], stop: cutlass.Constexpr[int], b
         for k in cutlass.range(start, stop, unroll_full=True):
             carry = body(k, carry)
     return carry
+
+
+@cute.jit
+def window_predicate(tXcX, end):
+    """One flag per access of a window: does it hold an element of the row, one before
+    ``end`` (h + N)? (Every access starts at or past column 0 and holds elements past h - 1.)"""
+    tXpX = cute.make_rmem_tensor(
+        cute.make_layout((1, 1, cute.size(tXcX, mode=[2])), stride=(0, 0, 1)), cutlass.Boolean)
+    for k in cutlass.range(tXpX.shape[2], unroll_full=True):
+        tXpX[0, 0, k] = tXcX[0, 0, k][1] < end
+    return tXpX
+
+
+@cute.jit
+def mask_outside(frag, tXcX, start, end, pad):
+    """Set each value of ``frag`` whose window column (``tXcX``) lies outside [start, end) to ``pad``."""
+    for i in cutlass.range(cute.size(frag), unroll_full=True):
+        c = tXcX[i][1]
+        if c < start:
+            frag[i] = frag.element_type(pad)
+        if c >= end:
+            frag[i] = frag.element_type(pad)
+
+
+@cute.jit
+def gather(frag, tXcX, h, n, fetch):
+    """``frag[i] = fetch(c)`` for each value whose row column c = window column - h lies in
+    [0, n): one element at a time (the rest keep what they hold)."""
+    for i in cutlass.range(cute.size(frag), unroll_full=True):
+        c = tXcX[i][1] - h
+        if c >= 0:
+            if c < n:
+                frag[i] = frag.element_type(fetch(c))
+
+
+@cute.jit
+def scatter(frag, tXcX, h, n, put):
+    """``put(c, frag[i])`` for each value whose row column c = window column - h lies in [0, n)."""
+    for i in cutlass.range(cute.size(frag), unroll_full=True):
+        c = tXcX[i][1] - h
+        if c >= 0:
+            if c < n:
+                put(c, frag[i])
 
 
 def load_access(tXsX, tXpX, k, load, pad=None):
@@ -490,7 +643,7 @@ class Strategy:
         inputs and per-row values, and (``needs_columns``) the column index of each value."""
         v = SimpleNamespace(**rows, **cols, **self.row_values)
         if const_expr(self.op.needs_columns and tXcX is not None):
-            v.col = columns(tXcX, like)
+            v.col = columns(tXcX, like) - self.b.h if const_expr(self.b.head) else columns(tXcX, like)
         return v
 
     def fold(self, i, v, results):
@@ -510,8 +663,7 @@ class Strategy:
             tXgO = b.thr.partition_D(b.tiles(mO)[None, None, tile])
             tXrO = cute.make_rmem_tensor_like(tXgO)
             tXrO.store(ys[name].to(mO.element_type))
-            if tXcX[0][0] < b.m:
-                cute.copy(b.load, tXrO, tXgO, pred=tXpX)
+            b.store(mO, tXrO, tXgO, tXcX, tXpX)
 
 
 class InRegisters(Strategy):
@@ -526,10 +678,11 @@ class InRegisters(Strategy):
             tXrX = cute.make_rmem_tensor_like(tXgX)
             if const_expr(tXpX is not None):
                 tXrX.fill(self.pad())
-            if tXcX[0][0] < b.m:
-                cute.copy(b.load, tXgX, tXrX, pred=tXpX)
+            b.load_rows(mT, tXgX, tXrX, tXcX, tXpX)
             self.frags[name] = tXrX
             self.tXcX, self.tXpX = tXcX, tXpX
+        for f in self.frags.values():
+            b.mask(f, self.tXcX, self.pad())
         self.x = {k: f.load().to(Float32) for k, f in self.frags.items()}
         if const_expr(self.op.fold_uses_columns):
             self.load_columns()
@@ -541,7 +694,9 @@ class InRegisters(Strategy):
     @cute.jit
     def load_columns(self):
         for name, mW in self.io.cols.items():
-            if const_expr(mW is not None):
+            if const_expr(mW is not None and self.b.head):
+                self.cols[name] = self.b.gather_columns(mW, next(iter(self.frags.values())), self.tXcX)
+            elif const_expr(mW is not None):
                 tXgW = self.b.column(mW, self.tile)
                 tXrW = cute.make_rmem_tensor_like(tXgW)
                 if const_expr(self.tXpX is not None and self.op.fold_uses_columns):
@@ -560,7 +715,13 @@ class InRegisters(Strategy):
     def refold(self, i, results):
         v = self.values(self.x, self.cols)
         any_frag = next(iter(self.frags.values()))
-        return self.op.reductions[i].fold(zero_outside(self.op.fold_input(v, i, results), any_frag, self.tXpX))
+        c = self.op.reductions[i]
+        if const_expr(self.b.head):  # the values outside the row, element by element, fold to nothing
+            frag = cute.make_rmem_tensor_like(any_frag, Float32)
+            frag.store(self.op.fold_input(v, i, results))
+            self.b.mask(frag, self.tXcX, c.pad)
+            return c.fold(frag.load())
+        return c.fold(zero_outside(self.op.fold_input(v, i, results), any_frag, self.tXpX))
 
     @cute.jit
     def write_rows(self, results):
@@ -595,16 +756,14 @@ class Staged(InRegisters):
         # Rows past M are not copied (and never stored); accesses past N are zero-filled by
         # cp.async (or skipped), and read back as the reduction's neutral value. One commit group
         # per ``per_group`` accesses, so that the fold can start on the first.
-        for g in cutlass.range_constexpr(groups):
-            for name in self.io.rows:
-                if self.tXcX[0][0] < b.m:
-                    if const_expr(groups == 1):
-                        cute.copy(stage_copy, tXgX[name], self.staged[name], pred=self.tXpX)
-                    else:
-                        for k in cutlass.range_constexpr(g * per_group, (g + 1) * per_group):
-                            cute.copy(stage_copy, tXgX[name][None, None, k], self.staged[name][None, None, k],
-                                      pred=None if const_expr(self.tXpX is None) else self.tXpX[None, None, k])
-            cute.arch.cp_async_commit_group()
+        if const_expr(b.head):
+            if b.aligned:
+                self.stage(tXgX, stage_copy)
+            elif self.tXcX[0][0] < b.m:  # rows that do not line up: element by element
+                for name, mT in self.io.rows.items():
+                    gather(self.staged[name], self.tXcX, b.h, b.n, lambda c: mT[b.row, c])
+        else:
+            self.stage(tXgX, stage_copy)
         # wait_group makes this thread's own cp.async writes visible to this thread. Every
         # thread reads back exactly the elements it copied (the same partition of the same
         # tile, in the fold and in the epilogue), so no barrier is needed.
@@ -619,10 +778,32 @@ class Staged(InRegisters):
                                   state)
         return state
 
+    @cute.jit
+    def stage(self, tXgX, stage_copy):
+        """Issue the row's copies into shared memory, in ``groups`` commit groups."""
+        b, groups = self.b, self.cfg.groups
+        per_group = self.cfg.vecs_per_thread // groups
+        for g in cutlass.range_constexpr(groups):
+            for name in self.io.rows:
+                if self.tXcX[0][0] < b.m:
+                    if const_expr(groups == 1):
+                        cute.copy(stage_copy, tXgX[name], self.staged[name], pred=self.tXpX)
+                    else:
+                        for k in cutlass.range_constexpr(g * per_group, (g + 1) * per_group):
+                            cute.copy(stage_copy, tXgX[name][None, None, k], self.staged[name][None, None, k],
+                                      pred=None if const_expr(self.tXpX is None) else self.tXpX[None, None, k])
+            cute.arch.cp_async_commit_group()
+
     def access(self, k, pad=None):
-        """Access k of every staged row input, as fp32."""
-        return {name: load_access(sX, self.tXpX, k, self.b.load, pad).load().to(Float32)
-                for name, sX in self.staged.items()}
+        """Access k of every staged row input, as fp32 (in a window, the values outside the
+        row replaced by ``pad`` where one is given)."""
+        out = {}
+        for name, sX in self.staged.items():
+            frag = load_access(sX, self.tXpX, k, self.b.load, pad)
+            if const_expr(pad is not None):
+                self.b.mask(frag, self.tXcX[None, None, k], pad)
+            out[name] = frag.load().to(Float32)
+        return out
 
     @cute.jit
     def early_columns(self):
@@ -632,7 +813,7 @@ class Staged(InRegisters):
         # the output's stores (the compiler cannot tell that they never alias), so without
         # this every access would wait for its own round trip to L2.
         vecs, cfg = self.cfg.vecs_per_thread, self.cfg
-        cols = [name for name, mW in self.io.cols.items() if mW is not None]
+        cols = [name for name, mW in self.io.cols.items() if mW is not None and not self.b.head]
         regs = vecs * len(cols) * -(-cfg.vec * self.io.x.element_type.width // 32)
         self.ahead = vecs if vecs >= COLUMNS_ALL_FROM and regs <= COLUMNS_ALL_MAX_REGS else COLUMNS_AHEAD
         self.tXgW, self.tXrW = {}, {}
@@ -652,8 +833,8 @@ class Staged(InRegisters):
         c = self.op.reductions[i]
 
         def part(k, state):
-            p = c.fold(self.op.fold_input(self.values(self.access(k), {}), i, results))
-            if const_expr(self.tXpX is not None):  # accesses outside the row add nothing
+            p = c.fold(self.op.fold_input(self.values(self.access(k, c.pad), {}), i, results))
+            if const_expr(self.tXpX is not None and not self.b.head):  # accesses outside the row add nothing
                 p = tuple(cutlass.select_(self.tXpX[0, 0, k], v, Float32(e)) for v, e in zip(p, c.identity))
             return c.combine(state, p)
         return over_accesses(0, self.cfg.vecs_per_thread, part, tuple(Float32(e) for e in c.identity))
@@ -665,6 +846,10 @@ class Staged(InRegisters):
 
         def write(k, _):
             cols = {name: None for name in self.io.cols}
+            if const_expr(self.b.head):
+                for name, mW in self.io.cols.items():
+                    if const_expr(mW is not None):
+                        cols[name] = self.b.gather_columns(mW, tXgO[self.op.out[0]][None, None, k], self.tXcX[None, None, k])
             for name, tXrW in self.tXrW.items():
                 if k + self.ahead < vecs:
                     self.load_column(self.tXgW[name], tXrW, k + self.ahead)
@@ -675,8 +860,11 @@ class Staged(InRegisters):
                 tXrO_k = cute.make_rmem_tensor_like(tXgO[name][None, None, k])
                 tXrO_k.store(ys[name].to(mO.element_type))
                 if self.tXcX[0][0] < b.m:
-                    cute.copy(b.load, tXrO_k, tXgO[name][None, None, k],
-                              pred=None if self.tXpX is None else self.tXpX[None, None, k])
+                    if const_expr(self.b.head):
+                        self.b.store_access(mO, tXrO_k, tXgO[name][None, None, k], self.tXcX[None, None, k])
+                    else:
+                        cute.copy(b.load, tXrO_k, tXgO[name][None, None, k],
+                                  pred=None if self.tXpX is None else self.tXpX[None, None, k])
             return None
         over_accesses(0, vecs, write, None)
 
@@ -697,8 +885,7 @@ class Streamed(Strategy):
         tXrX = cute.make_rmem_tensor_like(tXgX)
         if const_expr(tXpX is not None):
             tXrX.fill(self.pad())
-        if tXcX[0][0] < b.m:
-            cute.copy(b.load, tXgX, tXrX, pred=tXpX)
+        b.load_rows(mX, tXgX, tXrX, tXcX, tXpX)
         state = None
         if const_expr(len(self.op.reductions) == 0):
             self.map_pass(tXrX, 0)
@@ -713,14 +900,18 @@ class Streamed(Strategy):
             for p in cutlass.range(1, cfg.passes, unroll=2):
                 tXrX_p = cute.make_rmem_tensor_like(tXrX)  # a fresh buffer a pass
                 self.load_pass(tXrX_p, p)
-                state = self.op.reductions[0].combine(state, self.fold_buffer(tXrX_p))
+                state = self.op.reductions[0].combine(state, self.fold_buffer(tXrX_p, p))
         return state
 
-    def fold_buffer(self, buf):
-        """The thread tier over one pass's buffer: from the bf16 registers themselves where the
+    def fold_buffer(self, buf, p=0):
+        """The thread tier over pass ``p``'s buffer (in a window, its values outside the row
+        set to the neutral value first): from the bf16 registers themselves where the
         reduction has a fold for them (``Combine.fold_bf16``), accesses are whole 32-bit words
         (an even ``vec``) and the op folds its row as it is; else over the buffer widened."""
         c = self.op.reductions[0]
+        if const_expr(self.b.head):
+            _, tXcX_p, _ = self.b.view(self.io.x, p * self.cfg.cluster_n + self.tile)
+            self.b.mask(buf, tXcX_p, c.pad)
         if const_expr(c.fold_bf16 is not None and buf.element_type is cutlass.BFloat16 and self.cfg.vec % 2 == 0
                       and type(self.op).fold_input is RowOp.fold_input):
             return c.fold_bf16(buf)
@@ -744,8 +935,7 @@ class Streamed(Strategy):
         tXgX_p, tXcX_p, tXpX_p = b.view(self.io.x, p * self.cfg.cluster_n + self.tile)
         if const_expr(tXpX_p is not None):
             buf.fill(self.pad())
-        if tXcX_p[0][0] < b.m:
-            cute.copy(b.load, tXgX_p, buf, pred=tXpX_p)
+        b.load_rows(self.io.x, tXgX_p, buf, tXcX_p, tXpX_p)
 
     @cute.jit
     def stream_ahead(self, buf0):
@@ -757,12 +947,12 @@ class Streamed(Strategy):
         state = self.fold_buffer(buf0)  # pass 0
         for p in cutlass.range(1, passes - 1, 2):  # folds passes p (odd) and p + 1
             self.load_pass(buf0, p + 1)
-            state = c.combine(state, self.fold_buffer(buf1))
+            state = c.combine(state, self.fold_buffer(buf1, p))
             if p + 2 < passes:
                 self.load_pass(buf1, p + 2)
-            state = c.combine(state, self.fold_buffer(buf0))
+            state = c.combine(state, self.fold_buffer(buf0, p + 1))
         if const_expr(passes % 2 == 0):  # the last pass, odd, is in buf1
-            state = c.combine(state, self.fold_buffer(buf1))
+            state = c.combine(state, self.fold_buffer(buf1, passes - 1))
         return state
 
     def refold(self, i, results):

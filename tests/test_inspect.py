@@ -58,13 +58,13 @@ def test_table_configs_compile_without_spills(op, dtype, n):
     # every lane reaches each shuffle (one inside a lane-0 branch hung cross-entropy's mean)
     assert not divergent_shuffles(rep.ptx), f"{op} {dtype} N={n}: {divergent_shuffles(rep.ptx)}"
     bits = BITS[dtype]
-    # the row is read with the widest access N allows (128 bits when N is a multiple of the
-    # vector): into registers, or into shared memory (cp.async moves 4 bytes at least)
-    width = vector_width(n, bits) * bits
+    # the row is read with 128-bit accesses: those N allows (N a multiple of the vector), or
+    # those of the row's aligned window (any other N of two words or more); into registers,
+    # or into shared memory (cp.async moves 4 bytes at least)
+    width = 128 if rep.config.head else vector_width(n, bits) * bits
     staged = rep.config.stage == "smem"
+    assert rep.config.head == (width == 128 and n % (128 // bits) != 0)
     assert width in rep.widths("async copies" if staged and width >= 32 else "global loads")
-    if n % (128 // bits) == 0:
-        assert 128 in rep.widths("async copies" if staged else "global loads")
     cfg = rep.config
     if op == "cross_entropy_backward":  # a map: nothing to exchange
         assert not rep.has("warp shuffles") and not rep.has("block barriers")
@@ -293,3 +293,48 @@ def test_norm_backward_kernels_walk_rows_without_spills(op, n, dtype):
     assert re.search(r"bra(\.uni)?\s+\$L__BB0_\d+;", rep.ptx)
     with pytest.raises(ValueError, match="largest row"):
         inspect_op(op, dtype, 16384)
+
+
+# Row lengths of every kind of window: a kept row in registers (one block, then a cluster),
+# staged in shared memory over a cluster, streamed (cross-entropy), the longest.
+WINDOW_NS = [1001, 3001, 50257, 131071, 262143]
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("n", WINDOW_NS)
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy", "softmax_backward",
+                                "cross_entropy_backward"])
+def test_odd_rows_read_and_write_whole_words(op, dtype, n):
+    """An N that is no multiple of the vector (GPT-2's 50257, odd N) still moves the body of
+    every row with 128-bit accesses: the row's aligned window, words from the one its first
+    element lies in; its edges (and rows whose tensors do not line up) element by element."""
+    rep = inspect_op(op, dtype, n)
+    cfg = rep.config
+    assert cfg.head and cfg.vec == 128 // BITS[dtype] and cfg.cols_covered >= n + cfg.vec - 1, cfg
+    assert rep.frame_bytes == 0 and not rep.has("local memory"), f"{op} {dtype} N={n} spills: {cfg}"
+    assert not divergent_shuffles(rep.ptx)
+    staged = cfg.stage == "smem"
+    assert 128 in rep.widths("async copies" if staged else "global loads"), rep
+    if op in ("rmsnorm", "layernorm", "softmax", "softmax_backward", "cross_entropy_backward"):
+        assert 128 in rep.widths("global stores"), rep  # the body's stores
+        # the edges: one element at a time, an element's width
+        assert BITS[dtype] in rep.widths("global stores"), rep
+
+
+@pytest.mark.parametrize("n", [3001, 50257])
+def test_a_window_kernel_takes_any_stride_and_base(n):
+    """The window kernel's signature promises no alignment (it finds each row's place in its
+    word at run time), so that one compiled kernel serves every view of N columns; the plain
+    kernel's promises 16-byte rows."""
+    from kernels.rowkernel import RowOp
+    from kernels.softmax import Softmax
+    assert Softmax.takes_window(n, 2, 1) and not Softmax.takes_window(4096, 2, 8)
+    assert not Softmax.takes_window(15, 2, 1), "a row shorter than two words stays narrow"
+    from kernels.norm_backward import RMSNormBackward
+    assert not RMSNormBackward.takes_window(n, 2, 1), "sums over rows column by column: no windows"
+    plain = inspect_op("softmax", "bf16", n, head=False)
+    window = inspect_op("softmax", "bf16", n)
+    assert window.config.head and not plain.config.head
+    fam = "async copies" if window.config.stage == "smem" else "global loads"
+    assert 128 not in plain.widths("global loads") | plain.widths("async copies") and 128 in window.widths(fam)
+    assert issubclass(Softmax, RowOp)

@@ -275,6 +275,9 @@ class RowConfig:
             raise ValueError(f"cluster_n must be a power of two <= {MAX_CLUSTER}")
         if self.cluster_n > 1 and self.warps_per_row * self.cluster_n > 32 * 16:
             raise ValueError("too many partials for one cluster exchange")
+        if self.head and elem_bits is not None and self.vec * elem_bits != 128:
+            raise ValueError(f"a row's window is counted in 16-byte words: head=True takes vec = {128 // elem_bits}, "
+                             f"got vec={self.vec}")
         window = n + self.vec - 1 if self.head else n  # the columns the accesses must cover
         if self.cols_covered < window:
             raise ValueError(f"{self} covers {self.cols_covered} < {window} columns"
@@ -282,7 +285,7 @@ class RowConfig:
         if self.cluster_n * self.passes > 1 and window <= self.cols_per_pass:
             # the row is then a single column tile, whose tile mode CuTe gives stride 0: a second
             # block or pass would read the first one's columns again instead of none
-            raise ValueError(f"{self} gives one block's first pass all N = {n} columns, leaving the other "
+            raise ValueError(f"{self} gives one block's first pass all {window} columns, leaving the other "
                              "blocks or passes none: use fewer accesses a pass or fewer blocks")
         if n % self.vec and not self.head:
             raise ValueError(f"vec={self.vec} must divide N={n} (or the rows take a head: head=True)")
@@ -360,6 +363,8 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
         # a forced staging takes the commit groups of the op's staged rows
         groups = next((r.groups for r in table(op, elem_bits) if r.stage == "smem"), 1)
         entry = replace(entry, stage=stage, groups=groups if stage == "smem" else 1)
+    if head and vec not in (None, 128 // elem_bits):
+        raise ValueError(f"a row's window is counted in 16-byte words: head=True takes vec = {128 // elem_bits}")
     vec = vec or (128 // elem_bits if head else vector_width(n, elem_bits))
     nvec = (n + 2 * vec - 2) // vec if head else n // vec
     tpr, tpb, cluster = entry.threads_per_row, entry.threads_per_block, entry.cluster

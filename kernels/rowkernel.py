@@ -420,7 +420,7 @@ class Block:
         self.load_vec = cfg.vec
         self.h, self.aligned = Int32(0), True
         if const_expr(cfg.head):
-            self.h, self.aligned = self.row_head(list(io.rows.values()) + list(io.out.values()))
+            self.h, self.aligned = self.row_head(list(io.rows.values()))
 
     def at(self, tile):
         """Move to row tile ``tile`` (a persistent kernel walks them)."""
@@ -435,12 +435,15 @@ class Block:
         row = cutlass.min(self.row, self.m - 1)
         return mT.iterator.toint() + Int64(row) * Int64(mT.stride[0]) * (mT.element_type.width // 8)
 
+    def head_of(self, mT):
+        """The elements before this thread's row of ``mT`` in its 16-byte word."""
+        return Int32(self.row_address(mT) & 15) // (mT.element_type.width // 8)
+
     def row_head(self, tensors):
         """(h, aligned): the elements before this thread's row of the first tensor in its
         16-byte word, and whether every tensor's row starts at the same place in its word
-        (then their windows line up, and their accesses can be whole words)."""
-        eb = tensors[0].element_type.width // 8
-        heads = [Int32(self.row_address(mT) & 15) // eb for mT in tensors]
+        (then their windows line up, and their loads can be whole words)."""
+        heads = [self.head_of(mT) for mT in tensors]
         apart = Int32(0)
         for h in heads[1:]:
             apart = apart | (h ^ heads[0])
@@ -485,9 +488,14 @@ class Block:
 
     @cute.jit
     def mask(self, frag, tXcX, pad):
-        """In a window, set the values of ``frag`` outside the row to ``pad``."""
+        """In a window, set the values of ``frag`` (its accesses, or one access) outside the row
+        to ``pad``."""
         if const_expr(self.head):
-            mask_outside(frag, tXcX, self.h, self.h + self.n, pad)
+            if const_expr(cute.rank(frag) == 3):
+                for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
+                    mask_access(frag[None, None, k], tXcX[None, None, k], self.h, self.h + self.n, pad, self.load_vec)
+            else:
+                mask_access(frag, tXcX, self.h, self.h + self.n, pad, self.load_vec)
 
     @cute.jit
     def store(self, mO, tXrO, tXgO, tXcX, tXpX):
@@ -502,9 +510,10 @@ class Block:
     @cute.jit
     def store_access(self, mO, tXrO_k, tXgO_k, tXcX_k):
         """One access of a window: one 16-byte store when it lies wholly inside the row (and
-        the tensors' rows line up), else element by element, the row's elements only."""
+        the output's row starts where the input's does in its word), else element by element,
+        the row's elements only."""
         c0 = tXcX_k[0][1]
-        whole = self.aligned & (c0 >= self.h) & (c0 + self.load_vec <= self.h + self.n)
+        whole = (self.head_of(mO) == self.h) & (c0 >= self.h) & (c0 + self.load_vec <= self.h + self.n)
         if whole:
             cute.copy(self.load, tXrO_k, tXgO_k)
         else:
@@ -558,14 +567,18 @@ def window_predicate(tXcX, end):
 
 
 @cute.jit
-def mask_outside(frag, tXcX, start, end, pad):
-    """Set each value of ``frag`` whose window column (``tXcX``) lies outside [start, end) to ``pad``."""
-    for i in cutlass.range(cute.size(frag), unroll_full=True):
-        c = tXcX[i][1]
-        if c < start:
-            frag[i] = frag.element_type(pad)
-        if c >= end:
-            frag[i] = frag.element_type(pad)
+def mask_access(frag, tXcX, start, end, pad, vec: cutlass.Constexpr[int]):
+    """Set each value of one access ``frag`` (``vec`` values from window column ``tXcX[0]``)
+    that lies outside [start, end) to ``pad``; an access wholly inside (all but the row's
+    first and last, a test the warp mostly takes together) is left as it is."""
+    c0 = tXcX[0][1]
+    if (c0 < start) | (c0 + vec > end):
+        for i in cutlass.range_constexpr(vec):
+            c = c0 + i
+            if c < start:
+                frag[i] = frag.element_type(pad)
+            if c >= end:
+                frag[i] = frag.element_type(pad)
 
 
 @cute.jit
@@ -813,19 +826,30 @@ class Staged(InRegisters):
         # the output's stores (the compiler cannot tell that they never alias), so without
         # this every access would wait for its own round trip to L2.
         vecs, cfg = self.cfg.vecs_per_thread, self.cfg
-        cols = [name for name, mW in self.io.cols.items() if mW is not None and not self.b.head]
+        cols = [name for name, mW in self.io.cols.items() if mW is not None]
         regs = vecs * len(cols) * -(-cfg.vec * self.io.x.element_type.width // 32)
         self.ahead = vecs if vecs >= COLUMNS_ALL_FROM and regs <= COLUMNS_ALL_MAX_REGS else COLUMNS_AHEAD
         self.tXgW, self.tXrW = {}, {}
         for name in cols:
-            tXgW = self.b.column(self.io.cols[name], self.tile)
-            tXrW = cute.make_rmem_tensor_like(tXgW)
+            mW = self.io.cols[name]
+            if const_expr(self.b.head):  # gathered at the row's shift (zero outside the row)
+                tXgW = mW
+                tXrW = cute.make_rmem_tensor_like(self.staged[self.op.rows[0]], mW.element_type)
+                tXrW.fill(0.0)
+            else:
+                tXgW = self.b.column(mW, self.tile)
+                tXrW = cute.make_rmem_tensor_like(tXgW)
             over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(tXgW, tXrW, k), None)
             self.tXgW[name], self.tXrW[name] = tXgW, tXrW
 
     def load_column(self, tXgW, tXrW, k):
-        cute.copy(self.b.load, tXgW[None, None, k], tXrW[None, None, k],
-                  pred=None if self.tXpX is None else self.tXpX[None, None, k])
+        """Access k of a column input into ``tXrW`` (in a window, ``tXgW`` is the input itself,
+        gathered element by element)."""
+        if const_expr(self.b.head):
+            gather(tXrW[None, None, k], self.tXcX[None, None, k], self.b.h, self.b.n, lambda c: tXgW[c])
+        else:
+            cute.copy(self.b.load, tXgW[None, None, k], tXrW[None, None, k],
+                      pred=None if self.tXpX is None else self.tXpX[None, None, k])
         return None
 
     @cute.jit
@@ -833,7 +857,13 @@ class Staged(InRegisters):
         c = self.op.reductions[i]
 
         def part(k, state):
-            p = c.fold(self.op.fold_input(self.values(self.access(k, c.pad), {}), i, results))
+            values = self.op.fold_input(self.values(self.access(k), {}), i, results)
+            if const_expr(self.b.head):  # values outside the row, element by element, fold to nothing
+                frag = cute.make_rmem_tensor_like(self.staged[self.op.rows[0]][None, None, k], Float32)
+                frag.store(values)
+                self.b.mask(frag, self.tXcX[None, None, k], c.pad)
+                values = frag.load()
+            p = c.fold(values)
             if const_expr(self.tXpX is not None and not self.b.head):  # accesses outside the row add nothing
                 p = tuple(cutlass.select_(self.tXpX[0, 0, k], v, Float32(e)) for v, e in zip(p, c.identity))
             return c.combine(state, p)
@@ -846,10 +876,6 @@ class Staged(InRegisters):
 
         def write(k, _):
             cols = {name: None for name in self.io.cols}
-            if const_expr(self.b.head):
-                for name, mW in self.io.cols.items():
-                    if const_expr(mW is not None):
-                        cols[name] = self.b.gather_columns(mW, tXgO[self.op.out[0]][None, None, k], self.tXcX[None, None, k])
             for name, tXrW in self.tXrW.items():
                 if k + self.ahead < vecs:
                     self.load_column(self.tXgW[name], tXrW, k + self.ahead)

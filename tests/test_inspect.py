@@ -338,3 +338,14 @@ def test_a_window_kernel_takes_any_stride_and_base(n):
     fam = "async copies" if window.config.stage == "smem" else "global loads"
     assert 128 not in plain.widths("global loads") | plain.widths("async copies") and 128 in window.widths(fam)
     assert issubclass(Softmax, RowOp)
+
+
+def test_a_window_takes_whole_words():
+    """h is counted in 16-byte words, so a window's accesses must be words: a narrower vector
+    would leave up to 16 bytes of the row's tail uncovered."""
+    with pytest.raises(ValueError, match="16-byte words"):
+        row_config("softmax", 1021, 16, vec=4, head=True)
+    with pytest.raises(ValueError, match="16-byte words"):
+        RowConfig(64, 128, 1, 4, 5, head=True).check(1021, 16)
+    cfg = row_config("softmax", 1021, 16, head=True)
+    assert cfg.vec == 8 and cfg.cols_covered >= 1021 + 7

@@ -21,13 +21,13 @@ NS = [17, 1001, 3001, 4096, 50257, 131071, 262143]  # (4096: even, misaligned by
 DTYPES = [torch.float32, torch.bfloat16]
 
 
-def view(m, n, dtype, offset=0, pad=0, scale=3.0):
+def view(m, n, dtype, offset=0, pad=0, scale=3.0, shift=0.0):
     """An (m, n) view with its first element ``offset`` elements into its storage and rows
-    ``n + pad`` apart, filled with fresh random values (the storage around it with NaN, so
-    that a read past the row shows)."""
+    ``n + pad`` apart, filled with fresh random values (``shift`` + ``scale`` x a normal; the
+    storage around it with NaN, so that a read past the row shows)."""
     base = torch.full((offset + m * (n + pad) + 8,), float("nan"), device="cuda", dtype=dtype)
     x = base[offset:offset + m * (n + pad)].view(m, n + pad)[:, :n]
-    x.copy_((torch.randn(m, n, device="cuda") * scale).to(dtype))
+    x.copy_((torch.randn(m, n, device="cuda") * scale + shift).to(dtype))
     return x
 
 
@@ -55,7 +55,7 @@ def test_rmsnorm_and_layernorm_any_row(n, dtype):
     w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
     for offset, pad in shapes():
         for m in ms(n):
-            x = view(m, n, dtype, offset, pad)
+            x = view(m, n, dtype, offset, pad, shift=5.0)  # a mean far from 0: LayerNorm's second fold sees it
             what = f"M={m} offset={offset} pad={pad}"
             assert_close(kernels.rmsnorm(x, w), rmsnorm_reference(x, w), dtype, "rmsnorm " + what)
             assert_close(kernels.layernorm(x, w, b), layernorm_reference(x, w, b), dtype, "layernorm " + what)

@@ -31,18 +31,28 @@ STREAMED = ("cross_entropy", "row_reduce")
 NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 
 
-def kept_candidates(n: int, bits: int):
-    """Kept rows: one to 16 blocks a row, 16, 32 or 64 elements a thread, in registers; staged
-    in shared memory where two blocks still fit an SM."""
+def window(n: int, bits: int):
+    """(head, accesses a row): an N that is no multiple of the 128-bit vector takes its rows'
+    aligned windows, N + vec - 1 columns (``RowConfig.head``)."""
     vec = 128 // bits
+    head = n % vec != 0
+    return head, -(-(n + vec - 1 if head else n) // vec)
+
+
+def kept_candidates(n: int, bits: int):
+    """Kept rows: one to 16 blocks a row and 32 to 1024 threads each, where a thread gets 16 to
+    64 elements (exactly 16, 32 or 64 at a power of two), in registers; staged in shared memory
+    where two blocks still fit an SM."""
+    vec = 128 // bits
+    head, nvec = window(n, bits)
     out = []
-    for elems in (16, 32, 64):
+    for threads in (32, 64, 128, 256, 512, 1024):
         for cluster in (1, 2, 4, 8, 16):
-            threads = n // (elems * cluster)
-            if not (32 <= threads <= 1024 and threads & (threads - 1) == 0):
+            per = -(-nvec // (threads * cluster))
+            if not 16 <= per * vec <= 64 or (per - 1) * threads * cluster >= nvec:
                 continue
             for tpb in sorted({max(threads, 128), max(threads, 256)}):
-                cfg = RowConfig(threads, tpb, cluster, vec, math.ceil(n // vec / (threads * cluster)))
+                cfg = RowConfig(threads, tpb, cluster, vec, per, head=head)
                 out.append(cfg)
                 staged = replace(cfg, stage="smem", groups=2 if cfg.vecs_per_thread % 2 == 0 else 1)
                 if n >= 16384 and 2 * (staged.smem_bytes(bits) + SMEM_RESERVED_PER_BLOCK) <= SM_SMEM_BYTES:
@@ -52,7 +62,7 @@ def kept_candidates(n: int, bits: int):
 
 def streamed_candidates(n: int, bits: int, op: str):
     vec = 128 // bits
-    nvec = n // vec
+    head, nvec = window(n, bits)
     out = []
     for tpr in (16, 32, 64, 128, 256, 512):
         for cluster in (1, 2, 4, 8):
@@ -61,7 +71,7 @@ def streamed_candidates(n: int, bits: int, op: str):
                     continue
                 passes = math.ceil(nvec / (tpr * cluster * vecs))
                 for tpb in sorted({max(tpr, 128), max(tpr, 256)}):
-                    base = RowConfig(tpr, tpb, cluster, vec, vecs, passes, "stream")
+                    base = RowConfig(tpr, tpb, cluster, vec, vecs, passes, "stream", head=head)
                     for ahead in ((False, True) if passes > 1 else (False,)):
                         for targets in (("late", "split") if op == "cross_entropy" else ("late",)):
                             out.append(replace(base, ahead=ahead, targets=targets))
@@ -96,7 +106,7 @@ def sweep(ops, dtypes, ns, name, out_dir):
             for op in ops:
                 streamed = op in STREAMED
                 ceiling = ceil["read" if streamed else "copy"]
-                picked = row_config(op, n, bits)
+                picked = row_config(op, n, bits, head=window(n, bits)[0])
                 cands = streamed_candidates(n, bits, op) if streamed else kept_candidates(n, bits)
                 for cfg in dict.fromkeys([picked] + cands):
                     try:

@@ -69,6 +69,27 @@ def test_sweep_candidates_are_configurations_the_template_takes_or_rejects_clear
                     assert str(e)
 
 
+def test_sweep_candidates_cover_any_n():
+    """At an N between the powers of two, and an odd one, the sweep still has candidates of
+    every kind, each covering the row (its window where N is no multiple of the vector) with
+    no access layer left empty, so that a rule for any N can be fitted to its data."""
+    from benchmarks.sweep import kept_candidates, streamed_candidates
+    for bits in (16, 32):
+        vec = 128 // bits
+        for n in (3000, 3001, 50257, 128256, 131071):
+            kept, streamed = kept_candidates(n, bits), streamed_candidates(n, bits, "cross_entropy")
+            assert kept and streamed, (n, bits)
+            assert any(c.stage == "smem" for c in kept) == (n >= 16384 and any(
+                c.stage == "smem" for c in kept_candidates(1 << (n.bit_length() - 1), bits)))
+            for cfg in kept + streamed:
+                assert cfg.head == (n % vec != 0)
+                cfg.check(n, bits)  # covers the row (or its window) and fits
+                window = n + vec - 1 if cfg.head else n
+                # no access layer (kept) or pass (streamed) left wholly outside the row
+                layer = cfg.threads_per_row * cfg.cluster_n * cfg.vec * (cfg.vecs_per_thread if cfg.stage == "stream" else 1)
+                assert cfg.cols_covered - window < layer, cfg
+
+
 def test_backward_suite_counts_the_bytes_a_training_step_moves():
     """RMSNorm, LayerNorm and softmax: 2MN forward, 3MN backward, 5MN both; cross-entropy: MN,
     2MN, 3MN; every op has ours, torch, torch.compile, Liger and QuACK entries."""

@@ -39,7 +39,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
 from . import validate
-from .cross_entropy import CrossEntropyBackward
+from .cross_entropy import CrossEntropyBackward, backward_launch
 from .reduce import LOG2_E, LOGSUMEXP2, LOGSUMEXP2_SUM, exp_minus
 from .rowkernel import RowOp
 
@@ -196,20 +196,8 @@ def shard_backward_out(g: torch.Tensor, logits_shard: torch.Tensor, target: torc
     shard itself for an in-place backward), with the kernel. ``g`` holds each row's share of the
     loss's gradient, (M,) or one for all (1,); ``lse`` (M,) fp32 the logsumexp over the whole
     vocabulary."""
-    rows = validate.rows(logits_shard, "logits_shard", cuda=False)
-    m = rows.shape[0]
-    validate.like(logits_shard, dlogits, "dlogits")
-    validate.per_row(target, m, logits_shard.device, "target", (torch.int64, torch.int32))
-    validate.per_row(lse, m, logits_shard.device, "lse")
-    per_row = g.numel() != 1 or m == 1
-    validate.per_row(g.reshape(-1), m if per_row else 1, logits_shard.device, "g")
-    validate.on_cuda(logits_shard, "logits_shard")
-    if m:
-        VocabShardBackward.launch(rows, config, (per_row, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
-                                  row_in=(target, lse, g.reshape(-1)), out=(validate.rows(dlogits, "dlogits"),),
-                                  scalars=(ignore_index, float(label_smoothing), float(lse_square_scale), int(start),
-                                           float(classes)))
-    return dlogits
+    return backward_launch(VocabShardBackward, g, logits_shard, target, lse, dlogits, ignore_index, label_smoothing,
+                           lse_square_scale, config, names=("logits_shard", "g"), more=(int(start), float(classes)))
 
 
 def shard_backward_torch(g: torch.Tensor, logits_shard: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,

@@ -189,8 +189,10 @@ def shape_ns(seed: int = SHAPE_SEED) -> list[int]:
     return sorted(ns)
 
 
-def _filtered(args, ns, dtypes=DTYPES):
-    """The row lengths and dtypes that ``--ns`` and ``--dtypes`` keep (both by default)."""
+def _filtered(args, ns, dtypes=None):
+    """The row lengths and dtypes (default: DTYPES, read at the call) that ``--ns`` and
+    ``--dtypes`` keep (both by default)."""
+    dtypes = DTYPES if dtypes is None else dtypes
     if getattr(args, "ns", ""):
         keep = {int(v) for v in args.ns.split(",")}
         ns = [n for n in ns if n in keep]

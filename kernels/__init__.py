@@ -8,10 +8,14 @@ Public ops (CUDA tensors; fp32, bf16, fp16; rows of up to 262144 elements):
     layernorm(x, weight, bias, eps)  LayerNorm over the last dim
     softmax(x, dim=-1)            softmax over the last dim
     cross_entropy(logits, target, ignore_index=-100, reduction="mean")
+    distributed.vocab_parallel_cross_entropy(logits_shard, target, group=None, ...)
+                                  the same loss, the vocabulary split across torch.distributed ranks
     check_errors()                wait for the GPU; raise if a kernel found bad input
 
 rmsnorm, layernorm, softmax and cross_entropy are differentiable (torch.library custom ops with
 their autograd, traceable by torch.compile); ``kernels.nn`` has them as modules.
+vocab_parallel_cross_entropy is differentiable in eager mode (an autograd Function around its
+collectives); on CPU tensors it runs PyTorch over gloo.
 
 Configuration (threads per row, cluster size, ...) comes from ``kernels.config``;
 ``python -m kernels.inspect`` shows what the compiler made of any op.

@@ -278,18 +278,27 @@ def cross_entropy_backward_out(dloss: torch.Tensor, logits: torch.Tensor, target
     """Write the gradient of the per-row losses into ``dlogits`` (the logits' shape and dtype; the
     logits themselves for an in-place backward): ``dloss`` holds one gradient a row (M,) or one
     for every row (1,), already divided by the count for a mean; ``lse`` is the forward's."""
-    rows = validate.rows(logits, "logits", cuda=False)
+    return backward_launch(CrossEntropyBackward, dloss, logits, target, lse, dlogits, ignore_index, label_smoothing,
+                           lse_square_scale, config)
+
+
+def backward_launch(op, dloss, logits, target, lse, dlogits, ignore_index, label_smoothing, lse_square_scale, config,
+                    names=("logits", "dloss"), more=()):
+    """Check the backward's inputs (``names``: what the logits and the loss's gradient are
+    called in errors) and launch ``op`` (``CrossEntropyBackward`` or an op of its signature with
+    the scalars ``more`` after its own)."""
+    rows = validate.rows(logits, names[0], cuda=False)
     m = rows.shape[0]
     validate.like(logits, dlogits, "dlogits")
     validate.per_row(target, m, logits.device, "target", (torch.int64, torch.int32))
     validate.per_row(lse, m, logits.device, "lse")
     per_row = dloss.numel() != 1 or m == 1
-    validate.per_row(dloss.reshape(-1), m if per_row else 1, logits.device, "dloss")
-    validate.on_cuda(logits, "logits")
+    validate.per_row(dloss.reshape(-1), m if per_row else 1, logits.device, names[1])
+    validate.on_cuda(logits, names[0])
     if m:
-        CrossEntropyBackward.launch(rows, config, (per_row, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
-                                    row_in=(target, lse, dloss.reshape(-1)), out=(validate.rows(dlogits, "dlogits"),),
-                                    scalars=(ignore_index, float(label_smoothing), float(lse_square_scale)))
+        op.launch(rows, config, (per_row, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
+                  row_in=(target, lse, dloss.reshape(-1)), out=(validate.rows(dlogits, "dlogits"),),
+                  scalars=(ignore_index, float(label_smoothing), float(lse_square_scale)) + tuple(more))
     return dlogits
 
 

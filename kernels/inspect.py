@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 OPS = ("copy", "reduce_sum", "reduce_max", "rmsnorm", "layernorm", "softmax", "cross_entropy", "softmax_backward",
-       "cross_entropy_backward", "rmsnorm_backward", "layernorm_backward")
+       "cross_entropy_backward", "rmsnorm_backward", "layernorm_backward", "vocab_shard", "vocab_shard_backward")
 
 # PTX instruction families worth counting, by regex on the opcode.
 _FAMILIES = {
@@ -169,15 +169,22 @@ def _row_ops():
     from .norm_backward import LayerNormBackward, RMSNormBackward
     from .rmsnorm import RMSNorm
     from .softmax import Softmax, SoftmaxBackward
+    from .vocab_parallel import VocabShard, VocabShardBackward
     return {"rmsnorm": RMSNorm, "layernorm": LayerNorm, "softmax": Softmax, "cross_entropy": CrossEntropy,
             "softmax_backward": SoftmaxBackward, "cross_entropy_backward": CrossEntropyBackward,
-            "rmsnorm_backward": RMSNormBackward, "layernorm_backward": LayerNormBackward}
+            "rmsnorm_backward": RMSNormBackward, "layernorm_backward": LayerNormBackward, "vocab_shard": VocabShard,
+            "vocab_shard_backward": VocabShardBackward}
 
 
 def inspect_op(op: str, dtype: str = "bf16", n: int = 4096, **kw) -> Report:
     """Compile ``op`` for rows of n elements and report what the compiler made."""
+    return report(compile_op(op, dtype, n, **kw), op, dtype, n)
+
+
+def report(c, op: str = "", dtype: str = "", n: int = 0) -> Report:
+    """What the compiler made of ``c``, a compiled kernel (``kernels.compile.Compiled``), e.g.
+    one an op's ``compile`` built with flags the public function does not pass by default."""
     from .cubin import kernel_resources
-    c = compile_op(op, dtype, n, **kw)
     res = kernel_resources(c.cubin)
     regs = max(r.registers for r in res)
     frame = max(r.frame_bytes for r in res)

@@ -5,6 +5,7 @@ import pytest
 
 import benchmarks.peers as peers
 from benchmarks.peers import fresh_compile
+from _gpu import requires_gpu
 
 
 def test_every_shape_and_dtype_gets_its_own_graph():
@@ -123,3 +124,17 @@ def test_suite_filters_keep_what_was_asked():
     assert ns == [4097, 50257] and list(dts) == ["bf16"]
     ns, dts = _filtered(SimpleNamespace(ns="", dtypes=""), [1024, 4097])
     assert ns == [1024, 4097] and list(dts) == ["fp32", "bf16"]
+
+
+@requires_gpu
+def test_profile_step_lists_each_kernel_of_a_step_once_a_launch():
+    """benchmarks.profile_step's table: softmax's forward is one launch of one kernel a step; a
+    step that calls it twice shows it twice."""
+    import kernels
+    from benchmarks.profile_step import kernel_table
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    once = kernel_table(lambda: kernels.softmax(x), steps=4)
+    twice = kernel_table(lambda: (kernels.softmax(x), kernels.softmax(x)), steps=4)
+    assert len(once) == 1 and list(once.values())[0][0] == 1.0, once
+    assert set(twice) == set(once) and list(twice.values())[0][0] == 2.0, twice
+    assert list(once.values())[0][1] > 0

@@ -206,6 +206,35 @@ def test_inputs_are_refused_before_any_collective():
         vocab_parallel_cross_entropy(x, t)
 
 
+def test_backward_hands_the_kernel_a_contiguous_gradient(tmp_path, monkeypatch):
+    """``loss.sum().backward()`` of reduction="none" gives the backward an expanded gradient
+    (stride 0); the shard kernel's entry refuses one ("g must be contiguous", checked before the
+    device, so it shows here), so the op must hand it a contiguous (M,) gradient. One gloo rank,
+    in this process; the kernel's place taken by its twin behind a check of what it is given."""
+    import torch.distributed as dist
+    import kernels.distributed as D
+    from kernels.vocab_parallel import shard_backward_out
+    x, t = torch.randn(6, 10), torch.tensor([0, 3, -100, 9, 4, 5])
+    lse = torch.logsumexp(x, -1)
+    with pytest.raises(ValueError, match="g must be contiguous"):
+        shard_backward_out(torch.ones(1).expand(6), x, t, lse, torch.empty_like(x), 0, 10)
+    given = []
+
+    def twin(g, *args, **kw):
+        given.append(g.is_contiguous())
+        return shard_backward_torch(g, *args, **kw)
+
+    monkeypatch.setattr(D, "shard_backward", twin)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        shard = x.clone().requires_grad_()
+        D.vocab_parallel_cross_entropy(shard, t, reduction="none").sum().backward()
+    finally:
+        dist.destroy_process_group()
+    assert given == [True]
+    assert_grad_close(shard.grad, reference(x, t, torch.ones(6), "none")[1], torch.float32)
+
+
 # ---- the protocol over gloo, two CPU processes ------------------------------------------------------
 
 def _gloo_worker(rank: int, store: str):

@@ -224,7 +224,8 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
     def backward(ctx, dloss):
         logits_shard, target, lse = ctx.saved_tensors
         ignore_index, reduction, label_smoothing, lse_square_scale, start, classes = ctx.args
-        g = row_gradients(dloss.float(), target, ignore_index, reduction)
+        # contiguous: autograd passes an expanded (stride 0) dloss for loss.sum(), which the kernel refuses
+        g = row_gradients(dloss.float(), target, ignore_index, reduction).contiguous()
         dlogits = shard_backward(g, logits_shard, target, lse, start, classes, ignore_index,
                                  label_smoothing=label_smoothing, lse_square_scale=lse_square_scale)
         return (dlogits,) + (None,) * 9

@@ -122,7 +122,7 @@ def _rmsnorm_setup(ctx, inputs, output):
 
 def _rmsnorm_bwd(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = rmsnorm_backward(dy, x, weight, rstd)
+    dx, dw = rmsnorm_backward(dy.contiguous(), x, weight, rstd)  # (y.sum()'s gradient is expanded, stride 0)
     return dx, (dw if ctx.needs_input_grad[1] else None), None
 
 
@@ -216,7 +216,7 @@ def _layernorm_setup(ctx, inputs, output):
 
 def _layernorm_bwd(ctx, dy, _dmean, _drstd):
     x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = layernorm_backward(dy, x, weight, mean, rstd, ctx.has_bias)
+    dx, dw, db = layernorm_backward(dy.contiguous(), x, weight, mean, rstd, ctx.has_bias)
     return dx, (dw if ctx.needs_input_grad[1] else None), (db if ctx.needs_input_grad[2] else None), None
 
 
@@ -272,7 +272,7 @@ def _softmax_setup(ctx, inputs, output):
 
 def _softmax_bwd(ctx, dy):
     (y,) = ctx.saved_tensors
-    return _softmax_backward_op(dy, y)
+    return _softmax_backward_op(dy.contiguous(), y)
 
 
 _softmax_op.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
@@ -347,7 +347,7 @@ def _cross_entropy_setup(ctx, inputs, output):
 
 def _cross_entropy_bwd(ctx, dloss, _dlse):
     logits, target, lse = ctx.saved_tensors
-    g = _ce.row_gradients(dloss.float(), target, ctx.ignore_index, ctx.reduction)
+    g = _ce.row_gradients(dloss.float().contiguous(), target, ctx.ignore_index, ctx.reduction)
     args = (g, logits, target, lse, ctx.ignore_index, ctx.smoothing, ctx.z)
     if ctx.inplace:
         _cross_entropy_backward_inplace_op(*args)

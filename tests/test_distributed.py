@@ -5,7 +5,8 @@ no spills; shards cut from one tensor, their partials combined in one process by
 protocol's arithmetic, give the unsharded loss and gradient of float64 PyTorch; and the whole
 op runs over gloo in two CPU processes, both protocols, an uneven split, inputs refused before
 any collective. On a GPU: the shard kernels over shards of one tensor, combined on that GPU,
-against the single-GPU kernel and float64."""
+against the single-GPU kernel and float64. On two GPUs or more: the op over NCCL, one process a
+GPU, against the single-GPU op and float64."""
 import datetime
 import math
 import time
@@ -206,6 +207,35 @@ def test_inputs_are_refused_before_any_collective():
         vocab_parallel_cross_entropy(x, t)
 
 
+def test_backward_hands_the_kernel_a_contiguous_gradient(tmp_path, monkeypatch):
+    """``loss.sum().backward()`` of reduction="none" gives the backward an expanded gradient
+    (stride 0); the shard kernel's entry refuses one ("g must be contiguous", checked before the
+    device, so it shows here), so the op must hand it a contiguous (M,) gradient. One gloo rank,
+    in this process; the kernel's place taken by its twin behind a check of what it is given."""
+    import torch.distributed as dist
+    import kernels.distributed as D
+    from kernels.vocab_parallel import shard_backward_out
+    x, t = torch.randn(6, 10), torch.tensor([0, 3, -100, 9, 4, 5])
+    lse = torch.logsumexp(x, -1)
+    with pytest.raises(ValueError, match="g must be contiguous"):
+        shard_backward_out(torch.ones(1).expand(6), x, t, lse, torch.empty_like(x), 0, 10)
+    given = []
+
+    def twin(g, *args, **kw):
+        given.append(g.is_contiguous())
+        return shard_backward_torch(g, *args, **kw)
+
+    monkeypatch.setattr(D, "shard_backward", twin)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        shard = x.clone().requires_grad_()
+        D.vocab_parallel_cross_entropy(shard, t, reduction="none").sum().backward()
+    finally:
+        dist.destroy_process_group()
+    assert given == [True]
+    assert_grad_close(shard.grad, reference(x, t, torch.ones(6), "none")[1], torch.float32)
+
+
 # ---- the protocol over gloo, two CPU processes ------------------------------------------------------
 
 def _gloo_worker(rank: int, store: str):
@@ -321,3 +351,88 @@ def test_shard_kernels_on_one_gpu(dtype, n, world):
             want_dx = cross_entropy_backward_reference(dloss, x, t, -100, reduction, smoothing)
             assert dx.dtype == dtype and (dx[::5] == 0).all()
             assert_grad_close(dx, want_dx, dtype)
+
+
+# ---- on two GPUs or more: one NCCL process a GPU ----------------------------------------------------
+
+GPUS = torch.cuda.device_count()
+requires_gpus = pytest.mark.skipif(GPUS < 2, reason="needs 2 or more CUDA GPUs (one NCCL process a GPU); "
+                                                    f"this machine has {GPUS}")
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _nccl_worker(rank: int, port: int):
+    import os
+    import torch.distributed as dist
+    os.environ["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast off, before NCCL starts
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=300), device_id=torch.device("cuda", rank))
+    try:
+        _nccl_checks(rank)
+    finally:
+        dist.destroy_process_group()
+
+
+def _nccl_checks(rank: int):
+    import kernels
+    n, m = 50257, 77
+    widths = split(n, 2)  # 25129 and 25128: odd widths, one element an access
+    a, w = starts(widths)[rank], widths[rank]
+    for dtype in (torch.bfloat16, torch.float32):
+        gen = torch.Generator().manual_seed(5)
+        x = (torch.randn(m, n, generator=gen) * 3).to(dtype)
+        t = torch.randint(0, n, (m,), generator=gen)
+        t[::6] = -100
+        xc, tc = x.cuda(), t.cuda()
+        for protocol in PROTOCOLS:
+            for reduction, smoothing, z in (("mean", 0.0, 0.0), ("sum", 0.1, 0.0), ("none", 0.2, 1e-3)):
+                dloss = _dloss(reduction, m, gen)
+                # bf16: the shard a view of the whole logits (rows N apart); fp32: a tensor of its own
+                shard = xc[:, a:a + w] if dtype == torch.bfloat16 else xc[:, a:a + w].clone()
+                shard.requires_grad_()
+                loss = vocab_parallel_cross_entropy(shard, tc, None, -100, reduction, smoothing, lse_square_scale=z,
+                                                    protocol=protocol)
+                loss.backward(dloss.cuda())
+                full = xc.clone().requires_grad_()
+                single = kernels.cross_entropy(full, tc, -100, reduction, label_smoothing=smoothing,
+                                               lse_square_scale=z)
+                single.backward(dloss.cuda())
+                want, want_dx = reference(x, t, dloss, reduction, smoothing, z)
+                torch.testing.assert_close(loss.detach(), single.detach(), rtol=2e-5, atol=2e-5)
+                torch.testing.assert_close(loss.detach().double().cpu(), want, rtol=1e-5, atol=1e-5)
+                assert shard.grad.dtype == dtype and (shard.grad[::6] == 0).all()
+                assert_grad_close(shard.grad.cpu(), want_dx[:, a:a + w], dtype)
+                assert_grad_close(shard.grad.cpu(), full.grad[:, a:a + w].double().cpu(), dtype)
+                _same_on_every_rank(loss.detach().reshape(-1))
+        # reduction "none" summed: autograd's expanded gradient; the widths given, no autograd
+        shard = xc[:, a:a + w].clone().requires_grad_()
+        vocab_parallel_cross_entropy(shard, tc, reduction="none").sum().backward()
+        assert_grad_close(shard.grad.cpu(), reference(x, t, torch.ones(m), "none")[1][:, a:a + w], dtype)
+        with torch.no_grad():
+            again = vocab_parallel_cross_entropy(shard, tc, shard_widths=widths, protocol="allgather")
+        torch.testing.assert_close(again.double().cpu(), reference(x, t, torch.tensor(1.0))[0], rtol=1e-5, atol=1e-5)
+
+
+@requires_gpus
+def test_nccl_two_gpus():
+    """The op over NCCL, one process on each of two GPUs, NVLink multicast off: GPT-2's 50,257
+    classes split 25,129 + 25,128 (odd widths), bf16 (the shard a view of the whole logits) and
+    fp32, both protocols, every reduction, label smoothing and the z-loss, ignored rows: the loss
+    against the single-GPU kernels.cross_entropy of the whole logits and float64, the shard's
+    gradient against both, the same loss on both ranks; a summed "none" loss (an expanded
+    gradient) and given widths without autograd."""
+    import torch.multiprocessing as mp
+    ctx = mp.spawn(_nccl_worker, args=(_free_port(),), nprocs=2, join=False)
+    deadline = time.monotonic() + 540
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("the NCCL processes did not finish in 540 s")

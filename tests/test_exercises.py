@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 
 # Chapters taught as a course: each has at least two exercises with scaffold, solution and check.
-COURSE = ["01_memory_hierarchy", "02_coalescing", "03_thread_reduction", "04_warp_reduction", "05_block_reduction", "06_cluster_reduction", "07_rmsnorm", "08_softmax", "09_cross_entropy", "10_backward", "11_mamba2_ssd"]
+COURSE = ["01_memory_hierarchy", "02_coalescing", "03_thread_reduction", "04_warp_reduction", "05_block_reduction", "06_cluster_reduction", "07_rmsnorm", "08_softmax", "09_cross_entropy", "10_backward", "11_mamba2_ssd", "12_beyond_one_gpu"]
 MIN_EXERCISES = 2
 
 torch = pytest.importorskip("torch")

@@ -386,3 +386,58 @@ def test_long_layernorm_rows_take_pytorchs_backward(weight, bias):
     for got in (dw, db):
         if got is not None:
             torch.testing.assert_close(got, next(ref), rtol=1e-9, atol=1e-9)
+
+
+def test_backward_passes_hand_their_kernels_contiguous_gradients(monkeypatch):
+    """``y.sum().backward()`` gives autograd's gradient of a sum, one value expanded to y's
+    shape (stride 0), which the backward kernels' entries refuse ("must be contiguous"): each
+    op's backward makes it contiguous first. GPU-free: the kernels' entries are stood in for."""
+    from types import SimpleNamespace
+    ce = KF._ce  # (kernels.cross_entropy is the public function)
+    seen = {}
+
+    def stand_in(op, outputs):
+        def entry(dy, *args):
+            seen[op] = dy
+            return (dy,) + (None,) * (outputs - 1) if outputs > 1 else dy
+        return entry
+    monkeypatch.setattr(KF, "rmsnorm_backward", stand_in("rmsnorm", 2))
+    monkeypatch.setattr(KF, "layernorm_backward", stand_in("layernorm", 3))
+    monkeypatch.setattr(KF, "_softmax_backward_op", stand_in("softmax", 1))
+    monkeypatch.setattr(KF, "_cross_entropy_backward_op", stand_in("cross_entropy", 1))
+    m, n = 4, 8
+    x = torch.randn(m, n)
+    ones = torch.ones(()).expand(m, n)
+    assert not ones.is_contiguous()
+    ctx = SimpleNamespace(saved_tensors=(x, None, torch.ones(m)), needs_input_grad=(True, False, False))
+    KF._rmsnorm_bwd(ctx, ones, None)
+    ctx = SimpleNamespace(saved_tensors=(x, None, torch.zeros(m), torch.ones(m)), has_bias=False,
+                          needs_input_grad=(True, False, False))
+    KF._layernorm_bwd(ctx, ones, None, None)
+    KF._softmax_bwd(SimpleNamespace(saved_tensors=(x,)), ones)
+    ctx = SimpleNamespace(saved_tensors=(x, torch.zeros(m, dtype=torch.long), torch.ones(m)), ignore_index=-100,
+                          reduction="none", inplace=False, smoothing=0.0, z=0.0)
+    KF._cross_entropy_bwd(ctx, torch.ones(()).expand(m), None)
+    assert set(seen) == {"rmsnorm", "layernorm", "softmax", "cross_entropy"}
+    for op, t in seen.items():
+        assert t.is_contiguous(), f"{op}'s backward hands its kernel a gradient of strides {t.stride()}"
+    assert torch.equal(ce.row_gradients(torch.ones(()).expand(m).contiguous(), None, -100, "none"), torch.ones(m))
+
+
+@requires_gpu
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy"])
+def test_the_gradient_of_a_sum(op):
+    """``op(x).sum().backward()``, as a quick check in a notebook does it, against float64."""
+    x = (torch.randn(37, 1000, device="cuda") * 2).requires_grad_()
+    x64 = x.detach().double().requires_grad_()
+    t = torch.randint(0, 1000, (37,), device="cuda")
+    ours = {"rmsnorm": lambda v: kernels.rmsnorm(v), "layernorm": lambda v: kernels.layernorm(v),
+            "softmax": lambda v: kernels.softmax(v) * torch.arange(1000, device="cuda"),
+            "cross_entropy": lambda v: kernels.cross_entropy(v, t, reduction="none")}[op]
+    ref = {"rmsnorm": lambda v: torch.nn.functional.rms_norm(v, (1000,), eps=1e-6),
+           "layernorm": lambda v: torch.nn.functional.layer_norm(v, (1000,)),
+           "softmax": lambda v: torch.softmax(v, -1) * torch.arange(1000, device="cuda"),
+           "cross_entropy": lambda v: torch.nn.functional.cross_entropy(v, t, reduction="none")}[op]
+    ours(x).sum().backward()
+    ref(x64).sum().backward()
+    torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-4, atol=1e-5)

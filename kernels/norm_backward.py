@@ -33,8 +33,8 @@ class NormBackward(RowOp):
     default_present = ("weight",)
 
     @classmethod
-    def configure(cls, n, elem_bits, vec, options, head=False):
-        return one_row_a_block(row_config(cls.table, n, elem_bits, vec=vec, head=head), n)
+    def configure(cls, n, elem_bits, vec, options):
+        return one_row_a_block(row_config(cls.table, n, elem_bits, vec=vec), n)
 
     @cute.jit
     def row_inputs(self, io, b):

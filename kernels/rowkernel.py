@@ -243,7 +243,9 @@ class RowOp:
         key = (cls.__name__, str(dtype), n, vec, head, present, tuple(map(str, in_dtypes)), config, options)
 
         def build():
-            cfg = config or cls.configure(n, bits, vec, options, head=head)
+            # (an op's configure takes ``head`` where its rows can take windows at all)
+            cfg = config or (cls.configure(n, bits, vec, options, head=True) if head else
+                             cls.configure(n, bits, vec, options))
             ct = TORCH_TO_CUTE[dtype]
             op = cls(ct, n, cfg, frozenset(name for name, p in zip(slots, present) if p), in_dtypes, *options)
             m = cute.sym_int()

@@ -9,7 +9,6 @@ against the single-GPU kernel and float64. On two GPUs or more: the op over NCCL
 GPU, against the single-GPU op and float64."""
 import datetime
 import math
-import time
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from kernels.vocab_parallel import (VocabShard, VocabShardBackward, shard_backwa
                                     shard_partials, shard_partials_torch)
 
 from _gpu import requires_gpu
+from _spawn import spawn
 
 BITS = {"fp32": 32, "bf16": 16, "fp16": 16}
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -299,14 +299,7 @@ def test_gloo_two_processes(tmp_path):
     split (5 and 7 classes), loss and shard gradient against float64 of the whole tensor, the
     same loss on both ranks; inputs refused before any collective (the ranks' next collectives
     still pair up), shard widths given or wrong, ranks that disagree on M."""
-    import torch.multiprocessing as mp
-    ctx = mp.spawn(_gloo_worker, args=(str(tmp_path / "store"),), nprocs=2, join=False)
-    deadline = time.monotonic() + 180
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("the gloo processes did not finish in 180 s")
+    spawn(_gloo_worker, (str(tmp_path / "store"),), what="the gloo processes")
 
 
 # ---- on a GPU: the kernels over shards of one tensor ------------------------------------------------
@@ -428,11 +421,4 @@ def test_nccl_two_gpus():
     against the single-GPU kernels.cross_entropy of the whole logits and float64, the shard's
     gradient against both, the same loss on both ranks; a summed "none" loss (an expanded
     gradient) and given widths without autograd."""
-    import torch.multiprocessing as mp
-    ctx = mp.spawn(_nccl_worker, args=(_free_port(),), nprocs=2, join=False)
-    deadline = time.monotonic() + 540
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("the NCCL processes did not finish in 540 s")
+    spawn(_nccl_worker, (_free_port(),), seconds=540, what="the NCCL processes")

@@ -12,6 +12,8 @@ import torch
 import benchmarks.harness as H
 import benchmarks.vocab_parallel as V
 
+from _spawn import spawn
+
 WORLDS = [1, 2, 3, 4, 5, 8]
 
 
@@ -165,12 +167,4 @@ def test_check_and_torch_peer_over_gloo(tmp_path):
     """The suite's check on two CPU ranks: the shards gathered on rank 0 in rank order (an
     uneven split), ours by each protocol and the plain-torch peer against float64 of the whole
     logits (the single-GPU op's place), and a wrong loss marked FAIL."""
-    import time
-    import torch.multiprocessing as mp
-    ctx = mp.spawn(_worker, args=(str(tmp_path / "store"),), nprocs=2, join=False)
-    deadline = time.monotonic() + 180
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("the gloo processes did not finish in 180 s")
+    spawn(_worker, (str(tmp_path / "store"),), what="the gloo processes")

@@ -138,3 +138,8 @@ def test_profile_step_lists_each_kernel_of_a_step_once_a_launch():
     assert len(once) == 1 and list(once.values())[0][0] == 1.0, once
     assert set(twice) == set(once) and list(twice.values())[0][0] == 2.0, twice
     assert list(once.values())[0][1] > 0
+    from benchmarks.profile_step import profile_step
+    _, stalls = profile_step(lambda: kernels.softmax(x), steps=4)
+    assert not stalls, f"softmax's call waits for the GPU or allocates: {stalls}"
+    _, stalls = profile_step(lambda: kernels.softmax(x).sum().item(), steps=4)
+    assert any("Synchronize" in k or "Memcpy" in k for k in stalls), stalls

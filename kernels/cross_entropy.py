@@ -34,7 +34,31 @@ LN_2 = math.log(2.0)
 REDUCTIONS = ("mean", "sum", "none")
 
 
-class CrossEntropy(RowOp):
+class SplitTarget:
+    """The target order of an op that reads one target a row (``config.TARGET_ORDERS``):
+    "split" reads the target before the row's loads and its logit after the fold (while the
+    exchange runs), by the thread that writes the row's values; "late" reads both after the
+    reduction. The op says how to read them: ``target_key(io, row)`` and ``logit_at(io, key,
+    row)``."""
+
+    @cute.jit
+    def split_target(self, io, b):
+        key = None
+        if const_expr(self.cfg.targets == "split"):
+            key = self.target_key(io, b.row)
+        return key
+
+    @cute.jit
+    def split_logit(self, io, b, key):
+        x_t = None
+        if const_expr(self.cfg.targets == "split"):
+            x_t = Float32(0.0)
+            if b.tidx % self.cfg.threads_per_row == 0 and b.rank == 0 and b.row < b.m:
+                x_t = self.logit_at(io, key, b.row)
+        return x_t
+
+
+class CrossEntropy(SplitTarget, RowOp):
     """options: (reduction, smoothing, zloss). For "mean" and "sum", ``work`` holds the result
     (element 0), then each block's partial sum and then its count of rows not ignored (at most M
     of each), and ``counter`` counts the blocks done. With ``smoothing`` the loss is torch's with
@@ -76,9 +100,12 @@ class CrossEntropy(RowOp):
             x_t = Float32(mX[row, Int32(target)])
         return x_t
 
-    # The configuration's target order: "split", the target before the row's loads and its logit
-    # after the fold (while the exchange runs), by the thread that writes the loss; "late", both
-    # after the reduction.
+    def target_key(self, io, row):
+        return self.target(io, row)
+
+    def logit_at(self, io, target, row):
+        return self.target_logit(target, row, io.x)
+
     @cute.jit
     def before_loads(self, io, b):
         if const_expr(self.reduction != "none"):
@@ -91,19 +118,13 @@ class CrossEntropy(RowOp):
             if tidx % self.cfg.threads_per_row == 0:  # rows past M add nothing
                 sums[tidx // self.cfg.threads_per_row] = Float32(0.0)
                 counts[tidx // self.cfg.threads_per_row] = Int32(0)
-        target = None
-        if const_expr(self.cfg.targets == "split"):
-            target = self.target(io, b.row)
-        return target
+        return self.split_target(io, b)  # (SplitTarget: the configuration's target order)
 
     @cute.jit
     def after_fold(self, io, b, target):
         pre = None
-        if const_expr(self.cfg.targets == "split"):
-            x_t = Float32(0.0)
-            row, mX = b.row, io.x
-            if b.tidx % self.cfg.threads_per_row == 0 and b.rank == 0 and row < b.m:
-                x_t = self.target_logit(target, row, mX)
+        x_t = self.split_logit(io, b, target)
+        if const_expr(x_t is not None):
             pre = (target, x_t)
         return pre
 
@@ -268,8 +289,12 @@ class CrossEntropyBackward(RowOp):
             p = p * (1.0 + 2.0 * s.z * v.lse)
         hit = 1.0 - s.smoothing if self.smoothing else 1.0
         if self.smoothing:
-            p = p - s.smoothing / self.n
+            p = p - s.smoothing / self.classes(s)
         return {"dx": cute.where(v.col == v.target, p - hit, p) * v.g}
+
+    def classes(self, s):
+        """The classes smoothing spreads e over: the row's N (a vocabulary shard's: all of them)."""
+        return self.n
 
 
 def cross_entropy_backward_out(dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,

@@ -39,15 +39,15 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, const_expr
 
 from . import validate
-from .cross_entropy import CrossEntropyBackward, backward_launch
-from .reduce import LOG2_E, LOGSUMEXP2, LOGSUMEXP2_SUM, exp_minus
+from .cross_entropy import CrossEntropyBackward, SplitTarget, backward_launch
+from .reduce import LOG2_E, LOGSUMEXP2, LOGSUMEXP2_SUM
 from .rowkernel import RowOp
 
 #: The rows of a shard's partials buffer, in order (``logit_sum`` with label smoothing only).
 PARTIALS = ("big", "sum", "target_logit", "logit_sum")
 
 
-class VocabShard(RowOp):
+class VocabShard(SplitTarget, RowOp):
     """The partials of each row of an (M, n) shard whose first column is class ``start`` of the
     vocabulary (a run-time scalar: one compiled kernel serves every rank). With ``logit_sum``
     present (label smoothing) the row's sum is reduced beside the pair, in the same exchange."""
@@ -81,23 +81,15 @@ class VocabShard(RowOp):
             x_t = Float32(io.x[row, Int32(col)])
         return x_t
 
-    # The configuration's target order, as cross-entropy's: "split" reads the target before the
-    # row's loads and its logit after the fold (while the exchange runs), "late" both after.
-    @cute.jit
-    def before_loads(self, io, b):
-        col = None
-        if const_expr(self.cfg.targets == "split"):
-            col = self.target_column(io, b.row)
-        return col
+    # The configuration's target order, as cross-entropy's (SplitTarget)
+    target_key = target_column
+    logit_at = target_logit
 
-    @cute.jit
+    def before_loads(self, io, b):
+        return self.split_target(io, b)
+
     def after_fold(self, io, b, col):
-        x_t = None
-        if const_expr(self.cfg.targets == "split"):
-            x_t = Float32(0.0)
-            if b.tidx % self.cfg.threads_per_row == 0 and b.rank == 0 and b.row < b.m:
-                x_t = self.target_logit(io, col, b.row)
-        return x_t
+        return self.split_logit(io, b, col)
 
     @cute.jit
     def row_values(self, io, b, results, x_t):
@@ -121,15 +113,8 @@ class VocabShardBackward(CrossEntropyBackward):
         values["target"] = values["target"] - io.s.start  # outside [0, n): no column of this shard
         return values
 
-    def epilogue(self, v, results, s):
-        # CrossEntropyBackward's epilogue, with e / N over the whole vocabulary
-        p = exp_minus(v.x, v.lse)
-        if self.zloss:
-            p = p * (1.0 + 2.0 * s.z * v.lse)
-        hit = 1.0 - s.smoothing if self.smoothing else 1.0
-        if self.smoothing:
-            p = p - s.smoothing / s.classes
-        return {"dx": cute.where(v.col == v.target, p - hit, p) * v.g}
+    def classes(self, s):
+        return s.classes  # e / N over the whole vocabulary
 
 
 def _check_partials(partials, m, device, smoothing):

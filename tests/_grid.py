@@ -24,3 +24,29 @@ def assert_close(out, ref, dtype, what=""):
     assert torch.isfinite(out64).all() == torch.isfinite(ref).all(), f"{what}: non-finite mismatch"
     torch.testing.assert_close(out64, ref.to(out64.device), rtol=rtol, atol=atol, equal_nan=True,
                                msg=lambda m: f"{what}: {m}")
+
+
+# Gradient tolerances against float64: (rtol, atol as a fraction of the gradient's scale).
+GRAD_TOL = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (3e-2, 3e-2), torch.float16: (5e-3, 5e-3)}
+
+
+def assert_grad_close(got, want, dtype, what, scale=None):
+    """got against the float64 ``want``, the absolute tolerance relative to ``scale`` (by default
+    the largest |want|; a gradient whose terms cancel passes the size of its terms instead)."""
+    rtol, atol = GRAD_TOL[dtype]
+    scale = scale or want.abs().max().item() or 1.0
+    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * scale, msg=lambda m: f"{what}: {m}")
+
+
+def dx_scale(op, x, w, dy):
+    """The size of the terms whose difference is dx (float64): |dy w| rstd for the norms, whose
+    dx = rstd (g - xhat mean(g xhat)) cancels to nearly zero at N = 1; y (|dy| + |sum(dy y)|) for
+    softmax. Rounding is relative to these terms, not to dx."""
+    x, dy = x.double(), dy.double()
+    g = (dy * w.double()).abs() if w is not None else dy.abs()
+    if op == "rmsnorm":
+        return (g * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).max().item()
+    if op == "layernorm":
+        return (g * torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)).max().item()
+    y = torch.softmax(x, -1)
+    return (y * (dy.abs() + (dy * y).sum(-1, keepdim=True).abs())).max().item()

@@ -12,6 +12,7 @@ import kernels
 from kernels import functional as KF
 from kernels import nn as knn
 
+from _grid import assert_grad_close, dx_scale
 from _gpu import requires_gpu
 
 DT = [torch.float32, torch.bfloat16, torch.float16]
@@ -179,31 +180,6 @@ def test_config_cannot_pass_through_autograd():
 
 
 # ---- on the GPU --------------------------------------------------------------------------------
-TOL = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (3e-2, 3e-2), torch.float16: (5e-3, 5e-3)}
-
-
-def _close(got, want, dtype, what, scale=None):
-    """got against the float64 ``want``, the absolute tolerance relative to ``scale`` (by default
-    the largest |want|; a gradient whose terms cancel passes the size of its terms instead)."""
-    rtol, atol = TOL[dtype]
-    scale = scale or want.abs().max().item() or 1.0
-    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol * scale, msg=lambda m: f"{what}: {m}")
-
-
-def _dx_scale(op, x, w, dy):
-    """The size of the terms whose difference is dx (float64): |dy w| rstd for the norms, whose
-    dx = rstd (g - xhat mean(g xhat)) cancels to nearly zero at N = 1; y (|dy| + |sum(dy y)|) for
-    softmax. Rounding is relative to these terms, not to dx."""
-    x, dy = x.double(), dy.double()
-    g = (dy * w.double()).abs() if w is not None else dy.abs()
-    if op == "rmsnorm":
-        return (g * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).max().item()
-    if op == "layernorm":
-        return (g * torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)).max().item()
-    y = torch.softmax(x, -1)
-    return (y * (dy.abs() + (dy * y).sum(-1, keepdim=True).abs())).max().item()
-
-
 def _grads(f, inputs, dy):
     leaves = [t.detach().clone().requires_grad_() for t in inputs]
     out = f(*leaves)
@@ -230,10 +206,10 @@ def test_gradients_against_float64(op, n, dtype):
         dy = torch.randn(m, n, device="cuda").to(dtype)
         y, grads = _grads(ours, (x, w, b), dy)
         want_y, want = _grads(ref, (x.double(), w.double(), b.double()), dy.double())
-        _close(y, want_y.detach(), dtype, f"{op} y")
+        assert_grad_close(y, want_y.detach(), dtype, f"{op} y")
         for name, got, w_ in zip(("dx", "dw", "db")[:k], grads, want):
-            scale = _dx_scale(op, x, w if op != "softmax" else None, dy) if name == "dx" else None
-            _close(got, w_, dtype, f"{op} {name} N={n} M={m}", scale)
+            scale = dx_scale(op, x, w if op != "softmax" else None, dy) if name == "dx" else None
+            assert_grad_close(got, w_, dtype, f"{op} {name} N={n} M={m}", scale)
 
 
 @requires_gpu
@@ -252,7 +228,7 @@ def test_cross_entropy_gradient_against_float64(n, dtype, reduction):
     ref = torch.nn.functional.cross_entropy(x64, t, reduction=reduction)
     ref.backward(dl.double())
     torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-5)
-    _close(x.grad, x64.grad, dtype, f"dlogits N={n}")
+    assert_grad_close(x.grad, x64.grad, dtype, f"dlogits N={n}")
 
 
 class _Small(torch.nn.Module):
@@ -348,17 +324,17 @@ def test_norm_backward_kernels_against_float64(op, n, dtype):
                 dw = NB.rmsnorm_backward_out(dy, x, weight, rstd, dx)
                 want = KF.rmsnorm_backward_torch(dy.double(), x64, None if weight is None else weight.double(),
                                                  rstd.double())
-                _close(dx, want[0], dtype, f"dx N={n} M={m}", _dx_scale(op, x, weight, dy))
+                assert_grad_close(dx, want[0], dtype, f"dx N={n} M={m}", dx_scale(op, x, weight, dy))
                 if weight is not None:
-                    _close(dw, want[1], torch.float32, f"dw N={n} M={m}")
+                    assert_grad_close(dw, want[1], torch.float32, f"dw N={n} M={m}")
         else:
             mean, rstd = x64.mean(-1).float(), torch.rsqrt(x64.var(-1, unbiased=False) + 1e-5).float()
             dx = torch.empty_like(x)
             dw, db = NB.layernorm_backward_out(dy, x, w, mean, rstd, dx)
             want = KF.layernorm_backward_torch(dy.double(), x64, w.double(), mean.double(), rstd.double(), True)
             for name, got, ref in (("dx", dx, want[0]), ("dw", dw, want[1]), ("db", db, want[2])):
-                _close(got, ref, dtype if name == "dx" else torch.float32, f"{name} N={n} M={m}",
-                       _dx_scale(op, x, w, dy) if name == "dx" else None)
+                assert_grad_close(got, ref, dtype if name == "dx" else torch.float32, f"{name} N={n} M={m}",
+                       dx_scale(op, x, w, dy) if name == "dx" else None)
 
 
 @pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True), (False, False)])

@@ -41,7 +41,11 @@ CUDA tensors take the kernels and need a backend that reduces CUDA tensors (NCCL
 take the kernels' PyTorch twins, with gloo, which is how the tests run the protocol on a machine
 without GPUs. Our multi-GPU runs keep NVLink multicast off (``NCCL_NVLS_ENABLE=0`` in the
 environment, before the process group starts). A target outside [0, N) that is not
-``ignore_index`` makes its row's loss NaN; unlike the single-GPU op it is not reported.
+``ignore_index`` makes its row's loss NaN and is flagged, without a wait, in the word the
+single-GPU op flags (``kernels.errors``): ``check_errors()`` raises it on every rank, since every
+rank holds the same target (a rank's next call does not check the word, as the single-GPU op
+does: ranks reach that point at different times, and one that raised would leave the others
+in a collective). CPU tensors raise at once, on every rank.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import validate
+from . import errors, validate
 from .cross_entropy import REDUCTIONS, row_gradients
 from .vocab_parallel import shard_backward, shard_partials
 
@@ -122,6 +126,7 @@ def row_losses(combined: torch.Tensor, target: torch.Tensor, classes: int, ignor
         loss = loss + lse_square_scale * lse * lse
     keep = target != ignore_index
     bad = keep & ((target < 0) | (target >= classes))
+    errors.report(errors.CROSS_ENTROPY_TARGET, bad)
     loss = torch.where(bad, math.nan, torch.where(keep, loss, 0.0))
     return loss.float(), lse.float()
 

@@ -71,6 +71,29 @@ class _Flags:
 FLAGS = _Flags()
 
 
+class _Word:
+    """One word of the flags as a CUDA array (``__cuda_array_interface__``), for torch."""
+
+    def __init__(self, address: int):
+        self.__cuda_array_interface__ = {"shape": (1,), "typestr": "<i4", "data": (address, False),
+                                         "version": 3}
+
+
+def report(word: int, bad) -> None:
+    """Report the rows of a boolean tensor ``bad`` as the kernels report theirs, for checks made
+    with torch ops: on a CUDA device ``bad.any()`` is or-ed into ``word`` on the GPU (no wait:
+    the next call that checks the word raises, as after a kernel's report); on the CPU the
+    value is at hand, so this raises :class:`BadInputError` at once."""
+    import torch
+
+    if bad.device.type != "cuda":
+        if bool(bad.any()):
+            raise BadInputError(_MESSAGES[word])
+        return
+    flag = torch.as_tensor(_Word(FLAGS.address(word)), device=bad.device)
+    flag.bitwise_or_(bad.any().to(torch.int32))
+
+
 def check_errors() -> None:
     """Wait for the GPU, then raise :class:`BadInputError` if any kernel found bad input since
     the last report."""

@@ -15,6 +15,7 @@ import torch
 
 from kernels.config import row_config, vector_width
 from kernels.cross_entropy import cross_entropy_reference, row_gradients
+from kernels.errors import BadInputError
 from kernels.distributed import PROTOCOLS, merge, reduce_losses, rescale, row_losses, vocab_parallel_cross_entropy
 from kernels.inspect import divergent_shuffles, report
 from kernels.vocab_parallel import (VocabShard, VocabShardBackward, shard_backward, shard_backward_torch,
@@ -167,7 +168,7 @@ def test_partials_of_a_shard():
 def test_extreme_rows(protocol):
     """One shard far above the others (their sums vanish when rescaled), a shard of nothing but
     -inf, logits far from zero (the loss is exact in float64 against the same max), every row
-    ignored (a mean of NaN, as torch), and a target outside [0, N) (NaN, that row only)."""
+    ignored (a mean of NaN, as torch), and a target outside [0, N) (CPU tensors: raised at once)."""
     m, widths = 6, [8, 8, 8]
     x = torch.randn(m, 24) * 2
     x[0, 16:] += 200.0
@@ -182,10 +183,11 @@ def test_extreme_rows(protocol):
     ignored = torch.full((m,), -100)
     assert torch.isnan(sharded(x, ignored, widths, dloss, protocol, "mean")[0])
     assert sharded(x, ignored, widths, dloss, protocol, "sum")[0].item() == 0.0
-    bad = t.clone()
-    bad[4] = 24
-    loss = sharded(x, bad, widths, torch.ones(m), protocol, "none")[0]
-    assert torch.isnan(loss[4]) and torch.isfinite(loss[[0, 1, 2, 3, 5]]).all()
+    for wrong in (24, -1):
+        bad = t.clone()
+        bad[4] = wrong
+        with pytest.raises(BadInputError, match="outside"):
+            sharded(x, bad, widths, torch.ones(m), protocol, "none")
 
 
 def test_inputs_are_refused_before_any_collective():
@@ -344,6 +346,25 @@ def test_shard_kernels_on_one_gpu(dtype, n, world):
             want_dx = cross_entropy_backward_reference(dloss, x, t, -100, reduction, smoothing)
             assert dx.dtype == dtype and (dx[::5] == 0).all()
             assert_grad_close(dx, want_dx, dtype)
+
+
+@requires_gpu
+@pytest.mark.parametrize("wrong", [-1, 50257])
+def test_a_target_outside_the_vocabulary_is_flagged_on_the_gpu(wrong):
+    """A target outside [0, N) on CUDA tensors: its row's loss is NaN, the others are finite, and
+    the word of kernels.errors is set without a wait: check_errors() raises it (and clears it)."""
+    from kernels.errors import check_errors
+    m, n, widths = 16, 50257, split(50257, 2)
+    x = torch.randn(m, n, device="cuda")
+    t = torch.randint(0, n, (m,), device="cuda")
+    check_errors()  # nothing flagged before
+    t[3] = wrong
+    loss = sharded(x, t, widths, torch.ones(m, device="cuda"), "allreduce", "none",
+                   partials_of=shard_partials, backward_of=shard_backward)[0]
+    assert torch.isnan(loss[3]) and torch.isfinite(loss[torch.arange(m, device="cuda") != 3]).all()
+    with pytest.raises(BadInputError, match="outside"):
+        check_errors()
+    check_errors()  # cleared: raised once
 
 
 # ---- on two GPUs or more: one NCCL process a GPU ----------------------------------------------------

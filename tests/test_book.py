@@ -120,7 +120,7 @@ def test_toc_notebook_has_myst_twin(entry):
 #: Chapters whose cells tagged `gpu` may be stored pending (never run, no outputs): new or changed since
 #: their last execution on an H200, they wait for the next one. Every other chapter is stored
 #: executed in full.
-PENDING_GPU = {"09_cross_entropy.ipynb", "12_beyond_one_gpu.ipynb"}
+PENDING_GPU: set = set()
 
 
 def _pending(c) -> bool:

@@ -7,7 +7,8 @@ this list (a copy, a fill, a kernel run twice).
     python -m benchmarks.profile_step --op cross_entropy --ns 4096,65536 --out DIR
 
 Writes ``profile_step.csv`` (op, impl, dtype, M, N, pass, kernel, calls, us_per_step; the host
-calls that wait for the GPU or allocate device memory as ``host: <name>`` rows) and its
+calls that wait for the GPU or allocate device memory as ``host: <name>`` rows; the step's time
+between CUDA events and on the host as ``step: ...`` rows) and its
 ``.json`` metadata into --out, and prints each step's table.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from . import harness as H
 from .backward import OPS, _inputs, calls, implementations
 
 STEPS = 10
+STEP = "profile_step.step"  # the annotation around each step
 
 
 #: CUDA runtime and driver calls that make the host wait for the GPU or that (de)allocate device
@@ -36,24 +38,62 @@ def profile_step(fn, steps: int = STEPS):
     """(kernels, stalls) over ``steps`` calls of ``fn`` after a warm-up call: {GPU kernel, memset
     or copy: (launches a step, GPU microseconds a step)} and {host call of STALLS: calls a step}
     (an asynchronous ``cudaMemcpyAsync`` counts too: its name starts like the blocking one)."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(steps):
-            fn()
+            with record_function(STEP):
+                fn()
         torch.cuda.synchronize()
-    kernels, stalls = defaultdict(lambda: [0, 0.0]), defaultdict(int)
     events = list(prof.events())
-    last_sync = max((i for i, e in enumerate(events) if "DeviceSynchronize" in e.name), default=len(events))
-    for i, e in enumerate(events):
+    # host calls count only inside a step (the profiler's own and the closing synchronize do not)
+    spans = [(e.time_range.start, e.time_range.end) for e in events
+             if e.name == STEP and e.device_type != torch.autograd.DeviceType.CUDA]
+    kernels, stalls = defaultdict(lambda: [0, 0.0]), defaultdict(int)
+    for e in events:
+        if e.name == STEP:  # the step's own annotation (on the host, and its GPU range)
+            continue
         if e.device_type == torch.autograd.DeviceType.CUDA:
             kernels[e.name][0] += 1
             kernels[e.name][1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-        elif any(k in e.name for k in STALLS) and i != last_sync:  # (the closing synchronize is ours)
+        elif any(k in e.name for k in STALLS) and any(a <= e.time_range.start <= b for a, b in spans):
             stalls[e.name] += 1
     return ({k: (c / steps, us / steps) for k, (c, us) in kernels.items()},
             {k: c / steps for k, c in stalls.items()})
+
+
+def host_us(fn, calls: int = 30) -> float:
+    """Microseconds the host spends in one call of ``fn`` (the mean of ``calls`` calls issued back
+    to back, timed before the closing synchronize): where it passes the GPU's time of a step,
+    the GPU waits for the host."""
+    import time
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def host_profile(fn, calls: int = 30, top: int = 25) -> str:
+    """cProfile's table of ``calls`` calls of ``fn`` (the host's time, by cumulative time)."""
+    import cProfile
+    import io
+    import pstats
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
 
 
 def kernel_table(fn, steps: int = STEPS):
@@ -69,6 +109,7 @@ def main(argv=None) -> int:
     p.add_argument("--impls", default="ours,quack,torch", help="of ours, torch, torch.compile, liger, quack")
     p.add_argument("--passes", default="fwd,bwd,fwd+bwd")
     p.add_argument("--out", default=".")
+    p.add_argument("--host-profile", action="store_true", help="print cProfile's table of our step on the host")
     a = p.parse_args(argv)
     dts = {"bf16": torch.bfloat16, "fp32": torch.float32}
     rows = []
@@ -87,7 +128,15 @@ def main(argv=None) -> int:
                 for pass_ in a.passes.split(","):
                     table, stalls = profile_step(passes[pass_])
                     total = sum(us for _, us in table.values())
-                    print(f"\n{a.op} {impl} {name} M={m} N={n} {pass_}: {total:.1f} us of GPU time a step", flush=True)
+                    wall = H.time_ms(passes[pass_]) * 1e3  # as the suites time a step: CUDA events around it
+                    host = host_us(passes[pass_])
+                    print(f"\n{a.op} {impl} {name} M={m} N={n} {pass_}: {total:.1f} us of GPU time a step, "
+                          f"{wall:.1f} us between events around it, {host:.1f} us on the host", flush=True)
+                    for what, us in (("step: between CUDA events", wall), ("step: host", host)):
+                        rows.append({"op": a.op, "impl": impl, "dtype": name, "M": m, "N": n, "pass": pass_,
+                                     "kernel": what, "calls": 1, "us_per_step": round(us, 2)})
+                    if a.host_profile and impl == "ours":
+                        print(host_profile(passes[pass_]), flush=True)
                     for k, (c, us) in sorted(table.items(), key=lambda kv: -kv[1][1]):
                         print(f"  {us:9.1f} us  {c:4.1f} x  {k[:110]}")
                         rows.append({"op": a.op, "impl": impl, "dtype": name, "M": m, "N": n, "pass": pass_,

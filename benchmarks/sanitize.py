@@ -26,7 +26,8 @@ def run(n: int, dt: torch.dtype, offset: int = 0) -> None:
     x = torch.randn(m * n + offset, device="cuda", dtype=dt)[offset:].view(m, n)
     w, b = torch.randn(n, device="cuda", dtype=dt), torch.randn(n, device="cuda", dtype=dt)
     t = torch.randint(0, n, (m,), device="cuda")
-    kernels.copy(x)
+    if offset == 0 and x.numel() % 8 == 0:  # copy takes aligned tensors whose size is a multiple of 16 bytes
+        kernels.copy(x)
     kernels.reduce_rows(x)
     y = kernels.rmsnorm(x, w)
     kernels.layernorm(x, w, b)

@@ -18,8 +18,12 @@
 # Logs and results are packed into $OUT/<stage>.tgz (one file: the device tool returns at most
 # 8 files from $OUT; never copy results there one by one). Each chapter takes 20-25 s to
 # execute on the H200 (measured 2026-11-29), nbval as long again (5 files in parallel).
+# The device copy's git metadata can name an older commit than the tree it carries (seen
+# 2026-12-02: every result file named the session's base): give the local HEAD in the command,
+# GIT_COMMIT=$(git rev-parse --short HEAD) evaluated here, so that the results' JSON name it.
 set -uo pipefail
 stage=$1; shift
+[ -n "${GIT_COMMIT:-}" ] || echo "h200.sh: GIT_COMMIT unset: the results' JSON take the device copy's git HEAD, which may be older" >&2
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 log=/tmp/h200-$stage; mkdir -p "$log"
 case $stage in

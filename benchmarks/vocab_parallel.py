@@ -32,6 +32,10 @@ then the rescaled rest), "allgather" receives the W ranks' k M; k = 3 rows of pa
 label smoothing (``kernels.vocab_parallel.PARTIALS``); the peers all-reduce 3 M (Liger and
 Megatron in three collectives, the torch reference in two).
 
+``--shards 16384,32768,65536,131072`` times instead the shard kernels alone on one GPU
+(:func:`shard_suite`, ``DIR/vocab_shard.csv``): the partials against the read ceiling (the shard
+read once), the backward against the copy ceiling (read, and its gradient written), at M x n = 2^28.
+
 Once per configuration, before timing, each implementation's loss and gradient on the first
 ``--check-rows`` rows are compared on rank 0 with the single-GPU ``kernels.cross_entropy`` of the
 logits gathered there, and the loss with float64 (columns ``loss_err``, ``loss_err_f64``,
@@ -407,6 +411,42 @@ def run_world(world: int, cfg: dict, seconds: float) -> dict:
         return json.loads(Path(result).read_text())
 
 
+#: Shard widths of the one-GPU suite (``--shards``): a 128k-256k vocabulary over 2 to 8 GPUs.
+SHARDS = (16384, 32768, 65536, 131072)
+
+
+def shard_points(widths=SHARDS, total: int = TOTAL):
+    """(M, n) of the one-GPU shard suite: each width n with M x n = ``total`` logits."""
+    return [(max(1, total // n), n) for n in widths]
+
+
+def shard_suite(widths, dtypes, rounds: int, ceil: dict, total: int = TOTAL) -> list[dict]:
+    """The shard kernels alone, on one GPU: for each dtype and shard width, the partials
+    (``variant`` "partials": M n elements read, against the read ceiling) and the backward
+    ("backward": read and written, 2 M n, against the copy ceiling) of a shard that holds classes
+    [0, n) of a vocabulary of 2n, half the targets in it, as a training step calls them."""
+    from kernels.cross_entropy import row_gradients
+    from kernels.vocab_parallel import shard_backward, shard_partials
+    rows = []
+    for name in dtypes:
+        dt = DTYPES[name]
+        for m, n in shard_points(widths, total):
+            x = torch.randn(m, n, device="cuda", dtype=dt)
+            t = torch.randint(0, 2 * n, (m,), device="cuda")
+            lse = torch.logsumexp(x.float(), -1) + math.log(2.0)
+            g = row_gradients(torch.tensor(1.0, device="cuda"), t, -100, "mean")
+            fns = {"partials": lambda: shard_partials(x, t, 0),
+                   "backward": lambda: shard_backward(g, x, t, lse, 0, 2 * n)}
+            times = H.time_rounds(fns, rounds)
+            for variant, (k, ceiling) in (("partials", (1, ceil["read"])), ("backward", (2, ceil["copy"]))):
+                rows.append(H.row("vocab_shard", "ours", name, m, n, k * m * n * x.element_size(),
+                                  statistics.median(times[variant]), ceiling, variant=variant,
+                                  **H.rounds_fields(times, variant)))
+            del x, t, lse
+            torch.cuda.empty_cache()
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", default="2,4,8", help="world sizes, comma-separated; those past the machine's GPUs "
@@ -418,12 +458,24 @@ def main(argv=None) -> int:
     p.add_argument("--check-rows", type=int, default=2048, help="rows of the check against the single-GPU op")
     p.add_argument("--skip", default="", help="implementations left out, comma-separated (liger, megatron, torch)")
     p.add_argument("--job-timeout", type=float, default=1800, help="seconds a world size's job may take")
+    p.add_argument("--shards", default="", help="shard widths, comma-separated: time the shard kernels alone on "
+                   "one GPU instead (vocab_shard.csv; e.g. %s)" % ",".join(map(str, SHARDS)))
     a = p.parse_args(argv)
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     have = torch.cuda.device_count()
     if have < 1:
         print("benchmarks.vocab_parallel needs CUDA GPUs (one process a GPU, NCCL); this machine has none")
         return 2
+    if a.shards:
+        t0 = time.time()
+        ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
+        rows = shard_suite([int(v) for v in a.shards.split(",")], a.dtypes.split(","), a.rounds, ceil)
+        meta = H.metadata({"suite": "vocab_shard", "copy_ceiling_tb_per_s": ceil["copy"],
+                           "read_ceiling_tb_per_s": ceil["read"], "copy_ceiling_end_tb_per_s": H.copy_ceiling(),
+                           "total_elements": TOTAL, "rounds": a.rounds, "seconds": round(time.time() - t0, 1),
+                           "timing": "median of the rounds (rounds_us), each the median of 20 calls after 3 warm-up"})
+        print(f"wrote {H.write_suite('vocab_shard', rows, meta, a.out)} ({len(rows)} rows)", flush=True)
+        return 0
     asked = sorted({1} | {int(w) for w in a.gpus.split(",") if w})
     worlds = [w for w in asked if w <= have]
     cfg = {"ns": [int(v) for v in a.ns.split(",")], "dtypes": a.dtypes.split(","), "rounds": a.rounds,

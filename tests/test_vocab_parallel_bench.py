@@ -12,6 +12,7 @@ import torch
 import benchmarks.harness as H
 import benchmarks.vocab_parallel as V
 
+from _gpu import requires_gpu
 from _spawn import spawn
 
 WORLDS = [1, 2, 3, 4, 5, 8]
@@ -37,6 +38,24 @@ def test_the_suites_vocabularies_split_evenly_over_2_4_8():
 def test_each_gpu_holds_2_to_the_28_logits(n, world):
     m = V.rows_per_gpu(n, world)
     assert abs(m * n / world - V.TOTAL) <= n / world / 2  # to the nearest row
+
+
+def test_the_shard_suite_covers_16k_to_128k_columns_at_2_to_the_28():
+    """The one-GPU shard suite's points (the issue's 16k-128k shards), each 2^28 logits."""
+    pts = V.shard_points()
+    assert [n for _, n in pts] == [16384, 32768, 65536, 131072]
+    assert all(m * n == V.TOTAL for m, n in pts)
+
+
+@requires_gpu
+def test_the_shard_suite_times_both_kernels(gpu):
+    """On a GPU: a partials row and a backward row a width, the bytes the pass must move (M n read;
+    2 M n read and written), a positive speed against the ceiling it names."""
+    rows = V.shard_suite([16384], ["bf16"], 1, {"read": 4.0, "copy": 4.0}, total=1 << 22)
+    assert [r["variant"] for r in rows] == ["partials", "backward"]
+    for r, k in zip(rows, (1, 2)):
+        assert (r["M"], r["N"]) == (256, 16384) and r["tb_per_s"] > 0
+        assert r["tb_per_s"] == pytest.approx(k * 256 * 16384 * 2 / (r["us"] * 1e-6) / 1e12, rel=1e-2)
 
 
 def test_bytes_by_hand():

@@ -126,6 +126,33 @@ def test_suite_filters_keep_what_was_asked():
     assert ns == [1024, 4097] and list(dts) == ["fp32", "bf16"]
 
 
+def test_profile_step_times_the_host_and_profiles_the_backward_on_its_thread(monkeypatch):
+    """benchmarks.profile_step's host measures, without a GPU (the synchronize stood in): the host
+    time of a step is what its calls take (a step that sleeps 2 ms takes about that), and the
+    host profile's table lists the functions a step's backward calls."""
+    import time
+    from benchmarks import profile_step as P
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    assert 1500 < P.host_us(lambda: time.sleep(0.002), calls=5) < 20000
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return _the_backward_of_twice(g)
+
+    x = torch.randn(3, requires_grad=True)
+    table = P.host_profile(lambda: torch.autograd.grad(Twice.apply(x).sum(), [x]), calls=3)
+    assert "_the_backward_of_twice" in table
+
+
+def _the_backward_of_twice(g):
+    return g * 2
+
+
 @requires_gpu
 def test_profile_step_lists_each_kernel_of_a_step_once_a_launch():
     """benchmarks.profile_step's table: softmax's forward is one launch of one kernel a step; a

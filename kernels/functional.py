@@ -240,7 +240,9 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     if _needs_autograd(x, weight, bias):
         _eager_only(config, "layernorm")
         y, mean, rstd = _layernorm_op(x, weight, bias, eps)
-        return (y, mean, rstd) if return_stats else y
+        # the statistics are not differentiable (the backward reads them): detached, so that
+        # differentiating one raises instead of giving a silently wrong gradient
+        return (y, mean.detach(), rstd.detach()) if return_stats else y
     return _ln.layernorm(x, weight, bias, eps, return_stats=return_stats, config=config)
 
 
@@ -378,6 +380,6 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
         _eager_only(config, "cross_entropy")
         loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction, float(label_smoothing),
                                       float(lse_square_scale), inplace_backward)
-        return (loss, lse) if return_lse else loss
+        return (loss, lse.detach()) if return_lse else loss  # (lse: not differentiable, as the stats above)
     return _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
                              lse_square_scale=lse_square_scale, return_lse=return_lse, config=config)

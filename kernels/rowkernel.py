@@ -537,6 +537,21 @@ class Block:
         mW2 = cute.make_tensor(mW.iterator, cute.make_layout(self.m_shape, stride=(0, 1)))
         return self.thr.partition_S(self.tiles(mW2)[None, None, tile])
 
+    @cute.jit
+    def load_column_access(self, mW, tXgW_k, tXrW_k, tXcX_k):
+        """Load one access of a column input (weight, bias) into ``tXrW_k`` without a
+        predicate: an access past N reads the row's last whole access instead (always in
+        bounds; what it holds is never stored). A predicated load would leave the registers
+        undefined on one path, and the compiler then keeps the access converted to fp32 from
+        the load on: twice the registers, half the blocks an SM."""
+        if const_expr(self.even_n):
+            cute.copy(self.load, tXgW_k, tXrW_k)
+        else:
+            off = cutlass.min(tXcX_k[0][1], self.n - self.load_vec)
+            addr = mW.iterator.toint() + Int64(off) * (mW.element_type.width // 8)
+            ptr = cute.make_ptr(mW.element_type, addr, cute.AddressSpace.gmem, assumed_align=16)
+            cute.copy(self.load, cute.make_tensor(ptr, tXgW_k.layout), tXrW_k)
+
 
 #: Loops over a thread's accesses are unrolled by the DSL while shorter than this (the code the
 #: tables were tuned with), and by the compiler from this length on, where the DSL warns that
@@ -716,7 +731,11 @@ class InRegisters(Strategy):
                 tXrW = cute.make_rmem_tensor_like(tXgW)
                 if const_expr(self.tXpX is not None and self.op.fold_uses_columns):
                     tXrW.fill(0.0)  # outside the row: a fold that reads the columns must see zeros
-                cute.copy(self.b.load, tXgW, tXrW, pred=self.tXpX)
+                    cute.copy(self.b.load, tXgW, tXrW, pred=self.tXpX)
+                else:
+                    for k in cutlass.range(cute.size(tXgW, mode=[2]), unroll_full=True):
+                        self.b.load_column_access(mW, tXgW[None, None, k], tXrW[None, None, k],
+                                                  self.tXcX[None, None, k])
                 self.cols[name] = tXrW.load().to(Float32)
             else:
                 self.cols[name] = None
@@ -841,17 +860,16 @@ class Staged(InRegisters):
             else:
                 tXgW = self.b.column(mW, self.tile)
                 tXrW = cute.make_rmem_tensor_like(tXgW)
-            over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(tXgW, tXrW, k), None)
+            over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(mW, tXgW, tXrW, k), None)
             self.tXgW[name], self.tXrW[name] = tXgW, tXrW
 
-    def load_column(self, tXgW, tXrW, k):
+    def load_column(self, mW, tXgW, tXrW, k):
         """Access k of a column input into ``tXrW`` (in a window, ``tXgW`` is the input itself,
         gathered element by element)."""
         if const_expr(self.b.head):
             gather(tXrW[None, None, k], self.tXcX[None, None, k], self.b.h, self.b.n, lambda c: tXgW[c])
         else:
-            cute.copy(self.b.load, tXgW[None, None, k], tXrW[None, None, k],
-                      pred=None if self.tXpX is None else self.tXpX[None, None, k])
+            self.b.load_column_access(mW, tXgW[None, None, k], tXrW[None, None, k], self.tXcX[None, None, k])
         return None
 
     @cute.jit
@@ -880,7 +898,7 @@ class Staged(InRegisters):
             cols = {name: None for name in self.io.cols}
             for name, tXrW in self.tXrW.items():
                 if k + self.ahead < vecs:
-                    self.load_column(self.tXgW[name], tXrW, k + self.ahead)
+                    self.load_column(self.io.cols[name], self.tXgW[name], tXrW, k + self.ahead)
                 cols[name] = tXrW[None, None, k].load().to(Float32)
             ys = self.op.epilogue(self.values(self.access(k), cols, self.tXcX[None, None, k],
                                               tXgO[self.op.out[0]][None, None, k]), results, self.io.s)

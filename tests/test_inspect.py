@@ -146,6 +146,23 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
         assert rep.registers < reg.registers
 
 
+@pytest.mark.parametrize("dtype,n,full", [("bf16", 128256, 131072), ("bf16", 256000, 262144), ("fp32", 128256, 131072),
+                                          ("bf16", 32000, 32768)])
+def test_a_ragged_tile_costs_the_weight_no_registers(dtype, n, full):
+    """RMSNorm's weight where N does not fill the last column tile (N a multiple of the vector):
+    every access is loaded unpredicated, from an address clamped into the row, so the staged
+    row's thread takes about the registers of the full tile's (predicated loads left the
+    compiler holding each access as fp32: 98 registers against 50 at bf16 128256, one block of
+    512 threads an SM instead of two; benchmarks/TUNING.md#column-loads-past-n)."""
+    rep, ref = inspect_op("rmsnorm", dtype, n), inspect_op("rmsnorm", dtype, full)
+    assert rep.config.cols_covered > n and not rep.config.head
+    assert rep.config.stage == ref.config.stage
+    assert rep.widths("global loads") == {128} and rep.frame_bytes == 0
+    assert rep.registers <= ref.registers + 10, (rep.registers, ref.registers)
+    if rep.config.threads_per_block == 512:  # two blocks an SM
+        assert 2 * 512 * rep.registers <= 65536
+
+
 @pytest.mark.parametrize("n", [1000, 8192, 65536])
 def test_shared_memory_stage_compiles_for_any_kept_row(n):
     """Forced by ``config=``, the stage works where the table keeps registers too, including

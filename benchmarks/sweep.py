@@ -78,6 +78,14 @@ def streamed_candidates(n: int, bits: int, op: str):
     return out
 
 
+def neighbour_candidates(op: str, n: int, bits: int):
+    """Between the table's rows: what ``kernels.config``'s rule for any N chooses from
+    (:func:`kernels.config.neighbours`), and the row N falls in stretched over it."""
+    from kernels.config import table_row_config, neighbours
+    head = window(n, bits)[0]
+    return list(dict.fromkeys([table_row_config(op, n, bits, None, "cluster", None, head)] + neighbours(op, n, bits, head)))
+
+
 def call(op, x, w, b, t, out, cfg):
     from kernels import cross_entropy, layernorm, reduce_rows
     from kernels.rmsnorm import rmsnorm_out
@@ -91,7 +99,7 @@ def call(op, x, w, b, t, out, cfg):
     }[op]
 
 
-def sweep(ops, dtypes, ns, name, out_dir):
+def sweep(ops, dtypes, ns, name, out_dir, family="all"):
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings", ceil, flush=True)
     rows = []
@@ -107,7 +115,10 @@ def sweep(ops, dtypes, ns, name, out_dir):
                 streamed = op in STREAMED
                 ceiling = ceil["read" if streamed else "copy"]
                 picked = row_config(op, n, bits, head=window(n, bits)[0])
-                cands = streamed_candidates(n, bits, op) if streamed else kept_candidates(n, bits)
+                if family == "neighbours":
+                    cands = neighbour_candidates(op, n, bits)
+                else:
+                    cands = streamed_candidates(n, bits, op) if streamed else kept_candidates(n, bits)
                 for cfg in dict.fromkeys([picked] + cands):
                     try:
                         ms = H.time_ms(call(op, x, w, b, t, out, cfg), warmup=3, rep=10)
@@ -132,9 +143,12 @@ def main(argv=None):
     p.add_argument("--n", type=int, nargs="+", default=NS)
     p.add_argument("--name", default="sweep", help="the CSV's name in --out (default sweep)")
     p.add_argument("--out", default=None)
+    p.add_argument("--family", default="all", choices=["all", "neighbours"],
+                   help="candidates: every shape the template takes (all), or the neighbouring table rows' "
+                        "shapes stretched over N (neighbours)")
     a = p.parse_args(argv)
     dtypes = [{"bf16": torch.bfloat16, "fp32": torch.float32}[d] for d in a.dtype]
-    print("wrote", sweep(a.op, dtypes, a.n, a.name, a.out))
+    print("wrote", sweep(a.op, dtypes, a.n, a.name, a.out, a.family))
 
 
 if __name__ == "__main__":

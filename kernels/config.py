@@ -10,7 +10,9 @@ memory. Where the row waits between its reduction and its epilogue is the kernel
     "stream"  not kept: folded pass by pass (an op that reads its row once: cross-entropy)
 
 Each op has a table per element width (16 or 32 bits): named rows, the first whose ``n_max``
-is >= N wins. Every tuned setting lives here; each table's comment says in a line why, and
+is >= N wins, its shape stretched over N; where that leaves too many of its accesses idle (an N
+just past a row), a rule picks among the neighbouring rows' shapes (:data:`ANY_N`). Every tuned
+setting lives here; each table's comment says in a line why, and
 ``benchmarks/TUNING.md`` holds the measurements behind it.
 
     >>> from kernels.config import row_config, print_table
@@ -181,6 +183,19 @@ TABLES["cross_entropy_bwd"] = {
     bits: (Row(1024, 64, 128, 1, "stream", 4), Row(8192, 128, 128, 1, "stream", 4),
            Row(MAX_N, 256, 256, 1, "stream", 4)) for bits in (16, 32)}
 OPS = tuple(TABLES)
+
+# Between the table's rows. The row N falls in, stretched over N, can leave much of its last
+# accesses idle (a cluster of 8 for a 16,467-element row covers 32,768 columns). Where it covers
+# less than KEEP_COVERAGE of the row, an op of ANY_N takes instead the shape among its
+# neighbours' (:func:`neighbours`) whose accesses cover the most of the row (to 1%); of those,
+# the one with the fewest threads a row, then the smallest blocks: fewer threads with more
+# accesses each beat the table's wide shapes there, and small blocks fill an SM whose registers
+# a 512-thread block would leave partly idle. MAX_VECS bounds a thread's accesses by stage (a
+# streamed row's, a pass's). Fitted to book/data/sweep_any_n.csv (TUNING.md#any-n).
+ANY_N = ("rmsnorm", "layernorm", "softmax", "cross_entropy")
+KEEP_COVERAGE = 0.97
+MAX_VECS = {"reg": 8, "smem": 16, "stream": 8}
+STREAM_VECS = (4, 8)
 
 
 @dataclass(frozen=True)
@@ -354,6 +369,17 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
         raise ValueError(f"N must be in [1, {MAX_N}], got {n}")
     if max_tier not in TIERS:
         raise ValueError(f"max_tier must be one of {TIERS}, got {max_tier!r}")
+    cfg = table_row_config(op, n, elem_bits, vec, max_tier, stage, head)
+    if (op in ANY_N and max_tier == "cluster" and stage is None and cfg.vec * elem_bits == 128
+            and coverage(cfg, n) < KEEP_COVERAGE):
+        # (max keeps the first of equals: the row N falls in before the row below)
+        return max(neighbours(op, n, elem_bits, head) or [cfg],
+                   key=lambda c: (round(coverage(c, n), 2), -c.threads_per_row * c.cluster_n, -c.threads_per_block))
+    return cfg
+
+
+def table_row_config(op, n, elem_bits, vec, max_tier, stage, head) -> RowConfig:
+    """The row N falls in, stretched over N with the tiers ``max_tier`` allows."""
     entry = lookup(op, n, elem_bits)
     if stage is not None:
         if stage not in ("reg", "smem"):
@@ -400,6 +426,60 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
     passes = math.ceil(nvec / (tpr * cluster * per_thread))
     return RowConfig(tpr, tpb, cluster, vec, per_thread, passes, "stream", ahead=entry.ahead and passes > 1,
                      targets=entry.targets, head=head)
+
+
+def coverage(cfg: RowConfig, n: int) -> float:
+    """The share of ``cfg``'s accesses that hold elements of a row of n (of its aligned window
+    where ``cfg.head``): 1.0 where the row fills every access."""
+    window = n + cfg.vec - 1 if cfg.head else n
+    return -(-window // cfg.vec) / (cfg.cols_covered // cfg.vec)
+
+
+def stretch(row: Row, n: int, elem_bits: int, head: bool = False, vecs: int | None = None) -> RowConfig | None:
+    """``row``'s shape over a row of n elements in 128-bit accesses: kept, as many accesses a
+    thread as cover it; streamed, ``vecs`` accesses a pass (fewer if fewer cover it) and the
+    passes that do. None where a thread or block would get no access of the row."""
+    vec = 128 // elem_bits
+    nvec = -(-(n + vec - 1 if head else n) // vec)
+    blocks = row.threads_per_row * row.cluster
+    if row.stage != "stream":
+        per = -(-nvec // blocks)
+        if (per - 1) * blocks >= nvec:
+            return None
+        return RowConfig(row.threads_per_row, row.threads_per_block, row.cluster, vec, per, stage=row.stage,
+                         groups=math.gcd(row.groups, per), head=head)
+    per = min(vecs or row.vecs, -(-nvec // blocks))
+    passes = -(-nvec // (blocks * per))
+    return RowConfig(row.threads_per_row, row.threads_per_block, row.cluster, vec, per, passes, "stream",
+                     ahead=row.ahead and passes > 1, targets=row.targets, head=head)
+
+
+def neighbours(op: str, n: int, elem_bits: int, head: bool = False) -> list:
+    """What a row of n between the table's rows chooses from: the shapes of the row N falls in
+    and of the row below it, each also with half its cluster and with half its threads a row,
+    stretched over N (:func:`stretch`; streamed with each of STREAM_VECS accesses a pass), those
+    within MAX_VECS and that the template takes, the row N falls in first."""
+    rows = table(op, elem_bits)
+    i = rows.index(lookup(op, n, elem_bits))
+    shapes = []
+    for r in (rows[i], rows[i - 1]) if i else (rows[i],):
+        for tpr, cluster in ((r.threads_per_row, r.cluster), (r.threads_per_row, r.cluster // 2),
+                             (r.threads_per_row // 2, r.cluster)):
+            if tpr >= 16 and cluster >= 1:
+                shapes.append(replace(r, threads_per_row=tpr, cluster=cluster,
+                                      threads_per_block=max(tpr, min(r.threads_per_block, 4 * tpr))))
+    out = []
+    for r in dict.fromkeys(shapes):
+        for vecs in (STREAM_VECS if r.stage == "stream" else (None,)):
+            cfg = stretch(r, n, elem_bits, head, vecs)
+            if cfg is None or cfg.vecs_per_thread > MAX_VECS[cfg.stage]:
+                continue
+            try:
+                cfg.check(n, elem_bits)
+            except ValueError:
+                continue
+            out.append(cfg)
+    return list(dict.fromkeys(out))
 
 
 def print_table(op: str = "rmsnorm", elem_bits: int = 16, ns=None) -> None:

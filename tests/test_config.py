@@ -181,3 +181,61 @@ def test_no_commit_hashes_in_kernels_and_every_tuning_pointer_resolves():
     anchors = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
     refs = {ref for p in (root / "kernels").rglob("*.py") for ref in re.findall(r"TUNING\.md#([\w-]+)", p.read_text())}
     assert refs and refs <= anchors, f"pointers into TUNING.md without a heading there: {refs - anchors}"
+
+
+# --- between the table's rows (config.ANY_N) ---------------------------------------------------
+
+def _shape_ns():
+    from benchmarks.run import shape_ns
+    return shape_ns()
+
+
+@pytest.mark.parametrize("op", C.ANY_N)
+@pytest.mark.parametrize("bits", [16, 32])
+def test_the_rule_between_rows_leaves_every_tuned_row(op, bits):
+    """At each table row's n_max and every power of two the rule for any N gives the table's own
+    shape: the tuned points keep what they were tuned to."""
+    for n in sorted({r.n_max for r in C.table(op, bits)} | {1 << k for k in range(5, 19)}):
+        assert row_config(op, n, bits) == C.table_row_config(op, n, bits, None, "cluster", None, False), n
+
+
+@pytest.mark.parametrize("op", C.ANY_N)
+@pytest.mark.parametrize("bits", [16, 32])
+def test_between_rows_the_accesses_cover_the_row_at_least_as_well(op, bits):
+    """At the shapes suite's N (odd ones and vocabularies among them), in their aligned windows:
+    a configuration the template takes, within MAX_VECS, covering the row at least as well as
+    the row N falls in does, and at least KEEP_COVERAGE where that row covered less and a
+    neighbour does."""
+    for n in _shape_ns():
+        head = n % (128 // bits) != 0
+        cfg, table = row_config(op, n, bits, head=head), C.table_row_config(op, n, bits, None, "cluster", None, head)
+        cfg.check(n, bits)
+        assert cfg.head == head and cfg.vecs_per_thread <= max(C.MAX_VECS[cfg.stage], table.vecs_per_thread)
+        assert C.coverage(cfg, n) >= C.coverage(table, n) - 0.005, (n, cfg, table)
+        if C.coverage(table, n) < C.KEEP_COVERAGE:
+            assert cfg in C.neighbours(op, n, bits, head)
+
+
+def test_coverage_counts_the_accesses_that_hold_the_row():
+    assert C.coverage(RowConfig(256, 256, 8, 8, 2, stage="smem", head=True), 16467) == pytest.approx(2060 / 4096)
+    assert C.coverage(RowConfig(128, 128, 1, 8, 4, 2, "stream"), 8192) == 1.0
+
+
+def test_the_swept_points_take_what_the_sweep_measured_faster():
+    """book/data/sweep_any_n.csv (the neighbours' shapes timed on the H200): at every point the
+    rule's configuration was among those timed, and ran at least as fast as the table's did (to
+    2 points of the ceiling), on average over 20 points faster."""
+    import csv
+    rows = list(csv.DictReader(open(Path(__file__).resolve().parent.parent / "book/data/sweep_any_n.csv")))
+    points = {(r["op"], r["dtype"], int(r["N"])) for r in rows}
+    gains = []
+    for op, dtype, n in sorted(points):
+        bits = 16 if dtype == "bf16" else 32
+        cfg = row_config(op, n, bits, head=n % (128 // bits) != 0)
+        timed = {r["variant"]: float(r["frac_of_ceiling"]) for r in rows if (r["op"], r["dtype"], int(r["N"])) == (op, dtype, n)}
+        table = next(float(r["frac_of_ceiling"]) for r in rows
+                     if (r["op"], r["dtype"], int(r["N"])) == (op, dtype, n) and r["picked"] == "True")
+        assert repr(cfg) in timed, (op, dtype, n, cfg)
+        assert timed[repr(cfg)] >= table - 0.02, (op, dtype, n, timed[repr(cfg)], table)
+        gains.append(timed[repr(cfg)] - table)
+    assert len(gains) >= 28 and sum(gains) / len(gains) > 0.20

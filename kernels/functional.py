@@ -291,7 +291,9 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
         _eager_only(config, "layernorm")
         y, mean, rstd = (_Eager.apply(x, weight, bias, eps, _LAYERNORM) if _eager(x, weight, bias) else
                          _layernorm_op(x, weight, bias, eps))
-        return (y, mean, rstd) if return_stats else y
+        # the statistics are not differentiable (the backward reads them): detached, so that
+        # differentiating one raises instead of giving a silently wrong gradient
+        return (y, mean.detach(), rstd.detach()) if return_stats else y
     return _ln.layernorm(x, weight, bias, eps, return_stats=return_stats, config=config)
 
 
@@ -447,6 +449,6 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
         args = (logits, target, ignore_index, reduction, float(label_smoothing), float(lse_square_scale),
                 inplace_backward)
         loss, lse = _Eager.apply(*args, _CROSS_ENTROPY) if _eager(logits, target) else _cross_entropy_op(*args)
-        return (loss, lse) if return_lse else loss
+        return (loss, lse.detach()) if return_lse else loss  # (lse: not differentiable, as the stats above)
     return _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
                              lse_square_scale=lse_square_scale, return_lse=return_lse, config=config)

@@ -102,8 +102,8 @@ def _meta(*shape, grad=True):
 
 
 def test_outputs_keep_their_place_in_autograd():
-    """An input that requires grad gives an output with a grad_fn (meta tensors: the fake
-    implementations and the registered autograd, no GPU)."""
+    """An input that requires grad gives an output with a grad_fn, and the per-row statistics
+    none (meta tensors: the fake implementations and the registered autograd, no GPU)."""
     x, w = _meta(4, 64), _meta(64)
     t = torch.zeros(4, dtype=torch.long, device="meta")
     outs = {"rmsnorm": kernels.rmsnorm(x, w), "layernorm": kernels.layernorm(x, w, w),
@@ -115,6 +115,10 @@ def test_outputs_keep_their_place_in_autograd():
     assert mean.shape == rstd.shape == (4,)
     loss, lse = kernels.cross_entropy(x, t, reduction="none", return_lse=True)
     assert loss.shape == lse.shape == (4,)
+    # the per-row statistics are not differentiable: they say so (a backward through one raises)
+    # rather than take part in a gradient that would leave them out
+    assert y.requires_grad and loss.requires_grad
+    assert not (mean.requires_grad or rstd.requires_grad or lse.requires_grad)
 
 
 def test_torch_compile_traces_a_model_forward_and_backward_without_a_graph_break():

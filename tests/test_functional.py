@@ -512,3 +512,14 @@ def test_eager_autograd_runs_each_ops_functions_without_its_custom_ops(monkeypat
     _, mean, rstd = kernels.layernorm(x, None, None, return_stats=True)
     _, lse = kernels.cross_entropy(x, t, reduction="none", return_lse=True)
     assert not (mean.requires_grad or rstd.requires_grad or lse.requires_grad)
+
+
+@requires_gpu
+def test_eager_calls_that_need_a_gradient_take_one_autograd_function():
+    """On the GPU, an eager call that needs a gradient runs as one autograd.Function (_Eager), and
+    a compiled one through the custom op (its backward node is the op's)."""
+    x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 256, (8,), device="cuda")
+    for y in (kernels.rmsnorm(x, w), kernels.layernorm(x, w, w), kernels.softmax(x), kernels.cross_entropy(x, t)):
+        assert type(y.grad_fn).__name__ == "_EagerBackward", type(y.grad_fn).__name__

@@ -516,8 +516,8 @@ def test_eager_autograd_runs_each_ops_functions_without_its_custom_ops(monkeypat
 
 @requires_gpu
 def test_eager_calls_that_need_a_gradient_take_one_autograd_function():
-    """On the GPU, an eager call that needs a gradient runs as one autograd.Function (_Eager), and
-    a compiled one through the custom op (its backward node is the op's)."""
+    """On the GPU, an eager call that needs a gradient runs as one autograd.Function (_Eager): its
+    output's backward node is _Eager's, for each op."""
     x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     t = torch.randint(0, 256, (8,), device="cuda")

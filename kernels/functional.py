@@ -4,8 +4,10 @@ Each training op (RMSNorm, LayerNorm, softmax, cross-entropy) is a ``torch.libra
 (``torch.ops.speed_of_light.*``) with a fake implementation, so ``torch.compile(fullgraph=True)``
 traces a model that calls it without a graph break, and with its autograd registered, so
 gradients flow and CUDA graphs capture forward and backward. The public functions take the
-custom op only when they must (an input requires grad, or torch.compile is tracing); any other
-call goes straight to the kernel, with no dispatcher on the way.
+custom op only while torch.compile traces; an eager call that needs a gradient runs the same
+forward, setup and backward functions as one ``torch.autograd.Function`` (``_Eager``: the
+dispatcher's way through a custom op and its backward op cost the host more than the kernels'
+launches), and any other call goes straight to the kernel.
 
 The backward passes are kernels of the template too (``SoftmaxBackward``,
 ``CrossEntropyBackward``, and ``kernels.norm_backward`` for RMSNorm's and LayerNorm's, whose
@@ -58,17 +60,52 @@ def _eager_only(config, name):
                          "torch.compile or autograd")
 
 
+def _eager(*tensors) -> bool:
+    """Plain CUDA tensors outside torch.compile: a custom op's body may be called directly.
+    Traced tensors (fake, functional) and meta tensors take the op, whose fake implementation
+    they need; tensors on other devices take it too, and are refused by its checks."""
+    return not torch.compiler.is_compiling() and all([t is None or (type(t) is Tensor and t.is_cuda)
+                                                      for t in tensors])
+
+
+class _Eager(torch.autograd.Function):
+    """An op's forward, its setup_context and its backward (the functions its custom op
+    registers) as one autograd.Function, for eager calls: ``_Eager.apply(*inputs, spec)`` with
+    spec = (forward, setup, backward, stats), the last ``stats`` outputs not differentiable
+    (the per-row mean, rstd or lse the backward reads)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        *inputs, (forward, setup, backward, stats) = args
+        out = forward(*inputs)
+        setup(ctx, tuple(inputs), out)
+        ctx.backward_fn = backward
+        ctx.set_materialize_grads(False)
+        if stats:
+            ctx.mark_non_differentiable(*out[-stats:])
+        return out
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if grads[0] is None:  # the op's output took no part in what was differentiated
+            return (None,) * len(ctx.needs_input_grad)
+        g = ctx.backward_fn(ctx, *grads)
+        return (g if isinstance(g, tuple) else (g,)) + (None,)
+
+
 def _stats_shape(x):
     return x.shape[:-1]
 
 
 # ---- RMSNorm --------------------------------------------------------------------------------
-@torch.library.custom_op(f"{LIB}::rmsnorm", mutates_args=(), device_types="cuda")
-def _rmsnorm_op(x: Tensor, weight: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor]:
+def _rmsnorm_fwd(x: Tensor, weight: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor]:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = torch.empty(_stats_shape(x), dtype=torch.float32, device=x.device)
     _rms.rmsnorm_out(x, weight, out, eps, rstd=rstd.view(-1))
     return out, rstd
+
+
+_rmsnorm_op = torch.library.custom_op(f"{LIB}::rmsnorm", mutates_args=(), device_types="cuda")(_rmsnorm_fwd)
 
 
 @_rmsnorm_op.register_fake
@@ -79,11 +116,14 @@ def _(x, weight, eps):
     return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(_stats_shape(x), dtype=torch.float32)
 
 
-@torch.library.custom_op(f"{LIB}::rmsnorm_backward", mutates_args=(), device_types="cuda")
-def _rmsnorm_backward_op(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor) -> tuple[Tensor, Tensor]:
+def _rmsnorm_backward_body(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor) -> tuple[Tensor, Tensor]:
     dx = torch.empty_like(x)
     dw = _nb.rmsnorm_backward_out(dy.contiguous(), x, weight, rstd.reshape(-1), dx)
     return dx, (dw.to(weight.dtype) if weight is not None else x.new_empty(0))
+
+
+_rmsnorm_backward_op = torch.library.custom_op(f"{LIB}::rmsnorm_backward", mutates_args=(),
+                                               device_types="cuda")(_rmsnorm_backward_body)
 
 
 @_rmsnorm_backward_op.register_fake
@@ -98,7 +138,7 @@ def rmsnorm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tens
     ``norm_backward.MAX_N`` elements, PyTorch's fused backward kernel past that."""
     n = x.shape[-1]
     if n <= _nb.MAX_N:
-        dx, dw = _rmsnorm_backward_op(dy, x, weight, rstd)
+        dx, dw = (_rmsnorm_backward_body if _eager(dy, x, weight) else _rmsnorm_backward_op)(dy, x, weight, rstd)
         return dx, (dw if weight is not None else None)
     # longer rows: PyTorch's own fused backward (it takes the forward's rstd as (..., 1))
     dx, dw = torch.ops.aten._fused_rms_norm_backward(dy, x, [n], rstd.unsqueeze(-1), weight,
@@ -127,6 +167,7 @@ def _rmsnorm_bwd(ctx, dy, _drstd):
 
 
 _rmsnorm_op.register_autograd(_rmsnorm_bwd, setup_context=_rmsnorm_setup)
+_RMSNORM = (_rmsnorm_fwd, _rmsnorm_setup, _rmsnorm_bwd, 1)
 
 
 def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, *, config=None) -> Tensor:
@@ -143,15 +184,19 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, *, co
                 pass
     if _needs_autograd(x, weight):
         _eager_only(config, "rmsnorm")
+        if _eager(x, weight):
+            return _Eager.apply(x, weight, eps, _RMSNORM)[0]
         return _rmsnorm_op(x, weight, eps)[0]
     return _rms.rmsnorm(x, weight, eps, config=config)
 
 
 # ---- LayerNorm ------------------------------------------------------------------------------
-@torch.library.custom_op(f"{LIB}::layernorm", mutates_args=(), device_types="cuda")
-def _layernorm_op(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def _layernorm_fwd(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
     y, mean, rstd = _ln.layernorm(x, weight, bias, eps, return_stats=True)
     return y, mean, rstd
+
+
+_layernorm_op = torch.library.custom_op(f"{LIB}::layernorm", mutates_args=(), device_types="cuda")(_layernorm_fwd)
 
 
 @_layernorm_op.register_fake
@@ -164,12 +209,15 @@ def _(x, weight, bias, eps):
     return torch.empty_like(x, memory_format=torch.contiguous_format), stats, torch.empty_like(stats)
 
 
-@torch.library.custom_op(f"{LIB}::layernorm_backward", mutates_args=(), device_types="cuda")
-def _layernorm_backward_op(dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor,
-                           rstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _layernorm_backward_body(dy: Tensor, x: Tensor, weight: Optional[Tensor], mean: Tensor,
+                             rstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     dx = torch.empty_like(x)
     dw, db = _nb.layernorm_backward_out(dy.contiguous(), x, weight, mean.reshape(-1), rstd.reshape(-1), dx)
     return dx, (dw.to(weight.dtype) if weight is not None else x.new_empty(0)), db.to(dy.dtype)
+
+
+_layernorm_backward_op = torch.library.custom_op(f"{LIB}::layernorm_backward", mutates_args=(),
+                                                 device_types="cuda")(_layernorm_backward_body)
 
 
 @_layernorm_backward_op.register_fake
@@ -186,7 +234,8 @@ def layernorm_backward(dy, x, weight, mean, rstd, has_bias: bool):
     elements, PyTorch's own backward kernel past that."""
     n = x.shape[-1]
     if n <= _nb.MAX_N:
-        dx, dw, db = _layernorm_backward_op(dy, x, weight, mean, rstd)
+        body = _layernorm_backward_body if _eager(dy, x, weight) else _layernorm_backward_op
+        dx, dw, db = body(dy, x, weight, mean, rstd)
         return dx, (dw if weight is not None else None), (db if has_bias else None)
     # longer rows: PyTorch's own layer-norm backward (mean and rstd as (..., 1), as it saves them).
     # It sizes dbias from the bias, which it does not otherwise read, so it gets a stand-in.
@@ -221,6 +270,7 @@ def _layernorm_bwd(ctx, dy, _dmean, _drstd):
 
 
 _layernorm_op.register_autograd(_layernorm_bwd, setup_context=_layernorm_setup)
+_LAYERNORM = (_layernorm_fwd, _layernorm_setup, _layernorm_bwd, 2)
 
 
 def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, eps: float = 1e-5, *,
@@ -239,7 +289,8 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
                 pass
     if _needs_autograd(x, weight, bias):
         _eager_only(config, "layernorm")
-        y, mean, rstd = _layernorm_op(x, weight, bias, eps)
+        y, mean, rstd = (_Eager.apply(x, weight, bias, eps, _LAYERNORM) if _eager(x, weight, bias) else
+                         _layernorm_op(x, weight, bias, eps))
         # the statistics are not differentiable (the backward reads them): detached, so that
         # differentiating one raises instead of giving a silently wrong gradient
         return (y, mean.detach(), rstd.detach()) if return_stats else y
@@ -247,9 +298,11 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
 
 
 # ---- softmax --------------------------------------------------------------------------------
-@torch.library.custom_op(f"{LIB}::softmax", mutates_args=(), device_types="cuda")
-def _softmax_op(x: Tensor) -> Tensor:
+def _softmax_fwd(x: Tensor) -> Tensor:
     return _sm.softmax(x)
+
+
+_softmax_op = torch.library.custom_op(f"{LIB}::softmax", mutates_args=(), device_types="cuda")(_softmax_fwd)
 
 
 @_softmax_op.register_fake
@@ -258,9 +311,12 @@ def _(x):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-@torch.library.custom_op(f"{LIB}::softmax_backward", mutates_args=(), device_types="cuda")
-def _softmax_backward_op(dy: Tensor, y: Tensor) -> Tensor:
+def _softmax_backward_body(dy: Tensor, y: Tensor) -> Tensor:
     return _sm.softmax_backward_out(dy.contiguous(), y, torch.empty_like(y))
+
+
+_softmax_backward_op = torch.library.custom_op(f"{LIB}::softmax_backward", mutates_args=(),
+                                               device_types="cuda")(_softmax_backward_body)
 
 
 @_softmax_backward_op.register_fake
@@ -274,10 +330,11 @@ def _softmax_setup(ctx, inputs, output):
 
 def _softmax_bwd(ctx, dy):
     (y,) = ctx.saved_tensors
-    return _softmax_backward_op(dy.contiguous(), y)
+    return (_softmax_backward_body if _eager(dy, y) else _softmax_backward_op)(dy.contiguous(), y)
 
 
 _softmax_op.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
+_SOFTMAX = (_softmax_fwd, _softmax_setup, _softmax_bwd, 0)
 
 
 def softmax(x: Tensor, dim: int = -1, *, config=None) -> Tensor:
@@ -295,17 +352,20 @@ def softmax(x: Tensor, dim: int = -1, *, config=None) -> Tensor:
         _eager_only(config, "softmax")
         if dim != -1 and dim != x.dim() - 1:
             raise ValueError(f"softmax supports only the last dim (dim=-1), got dim={dim}")
-        return _softmax_op(x)
+        return _Eager.apply(x, _SOFTMAX) if _eager(x) else _softmax_op(x)
     return _sm.softmax(x, dim, config=config)
 
 
 # ---- cross-entropy --------------------------------------------------------------------------
-@torch.library.custom_op(f"{LIB}::cross_entropy", mutates_args=(), device_types="cuda")
-def _cross_entropy_op(logits: Tensor, target: Tensor, ignore_index: int, reduction: str, label_smoothing: float,
-                      lse_square_scale: float, inplace_backward: bool) -> tuple[Tensor, Tensor]:
+def _cross_entropy_fwd(logits: Tensor, target: Tensor, ignore_index: int, reduction: str, label_smoothing: float,
+                       lse_square_scale: float, inplace_backward: bool) -> tuple[Tensor, Tensor]:
     loss, lse = _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
                                   lse_square_scale=lse_square_scale, return_lse=True)
     return loss, lse
+
+
+_cross_entropy_op = torch.library.custom_op(f"{LIB}::cross_entropy", mutates_args=(),
+                                            device_types="cuda")(_cross_entropy_fwd)
 
 
 @_cross_entropy_op.register_fake
@@ -317,11 +377,14 @@ def _(logits, target, ignore_index, reduction, label_smoothing, lse_square_scale
     return loss, logits.new_empty((m,), dtype=torch.float32)
 
 
-@torch.library.custom_op(f"{LIB}::cross_entropy_backward", mutates_args=(), device_types="cuda")
-def _cross_entropy_backward_op(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
-                               label_smoothing: float, lse_square_scale: float) -> Tensor:
+def _cross_entropy_backward_body(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
+                                 label_smoothing: float, lse_square_scale: float) -> Tensor:
     return _ce.cross_entropy_backward_out(g, logits, target, lse, torch.empty_like(logits), ignore_index,
                                           label_smoothing=label_smoothing, lse_square_scale=lse_square_scale)
+
+
+_cross_entropy_backward_op = torch.library.custom_op(f"{LIB}::cross_entropy_backward", mutates_args=(),
+                                                     device_types="cuda")(_cross_entropy_backward_body)
 
 
 @_cross_entropy_backward_op.register_fake
@@ -329,11 +392,14 @@ def _(g, logits, target, lse, ignore_index, label_smoothing, lse_square_scale):
     return torch.empty_like(logits)
 
 
-@torch.library.custom_op(f"{LIB}::cross_entropy_backward_", mutates_args=("logits",), device_types="cuda")
-def _cross_entropy_backward_inplace_op(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
-                                       label_smoothing: float, lse_square_scale: float) -> None:
+def _cross_entropy_backward_inplace_body(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
+                                         label_smoothing: float, lse_square_scale: float) -> None:
     _ce.cross_entropy_backward_out(g, logits, target, lse, logits, ignore_index, label_smoothing=label_smoothing,
                                    lse_square_scale=lse_square_scale)
+
+
+_cross_entropy_backward_inplace_op = torch.library.custom_op(
+    f"{LIB}::cross_entropy_backward_", mutates_args=("logits",), device_types="cuda")(_cross_entropy_backward_inplace_body)
 
 
 @_cross_entropy_backward_inplace_op.register_fake
@@ -351,13 +417,15 @@ def _cross_entropy_bwd(ctx, dloss, _dlse):
     logits, target, lse = ctx.saved_tensors
     g = _ce.row_gradients(dloss.float().contiguous(), target, ctx.ignore_index, ctx.reduction)
     args = (g, logits, target, lse, ctx.ignore_index, ctx.smoothing, ctx.z)
+    eager = _eager(g, logits, target, lse)
     if ctx.inplace:
-        _cross_entropy_backward_inplace_op(*args)
+        (_cross_entropy_backward_inplace_body if eager else _cross_entropy_backward_inplace_op)(*args)
         return logits, None, None, None, None, None, None
-    return _cross_entropy_backward_op(*args), None, None, None, None, None, None
+    return (_cross_entropy_backward_body if eager else _cross_entropy_backward_op)(*args), None, None, None, None, None, None
 
 
 _cross_entropy_op.register_autograd(_cross_entropy_bwd, setup_context=_cross_entropy_setup)
+_CROSS_ENTROPY = (_cross_entropy_fwd, _cross_entropy_setup, _cross_entropy_bwd, 1)
 
 
 def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean", *,
@@ -378,8 +446,9 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
                 return loss
     if _needs_autograd(logits):
         _eager_only(config, "cross_entropy")
-        loss, lse = _cross_entropy_op(logits, target, ignore_index, reduction, float(label_smoothing),
-                                      float(lse_square_scale), inplace_backward)
+        args = (logits, target, ignore_index, reduction, float(label_smoothing), float(lse_square_scale),
+                inplace_backward)
+        loss, lse = _Eager.apply(*args, _CROSS_ENTROPY) if _eager(logits, target) else _cross_entropy_op(*args)
         return (loss, lse.detach()) if return_lse else loss  # (lse: not differentiable, as the stats above)
     return _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
                              lse_square_scale=lse_square_scale, return_lse=return_lse, config=config)

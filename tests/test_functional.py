@@ -421,3 +421,105 @@ def test_the_gradient_of_a_sum(op):
     ours(x).sum().backward()
     ref(x64).sum().backward()
     torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_eager_autograd_runs_each_ops_functions_without_its_custom_ops(monkeypatch):
+    """An eager call that needs a gradient runs its op's forward, setup and backward as one
+    autograd.Function, never through the custom ops (whose dispatch costs the host more than the
+    kernels' launches). GPU-free: CPU float64 tensors stand for CUDA ones, PyTorch for the
+    kernels' entries, and every custom op raises if called: each op's outputs and gradients
+    against float64 autograd, with weights and biases wanting gradients, and the per-row
+    statistics (mean, rstd, lse) not differentiable."""
+    ce = KF._ce
+
+    def boom(*args, **kwargs):
+        raise AssertionError("an eager call went through a custom op")
+    monkeypatch.setattr(KF, "_eager", lambda *tensors: True)
+    for name in ("_rmsnorm_op", "_rmsnorm_backward_op", "_layernorm_op", "_layernorm_backward_op", "_softmax_op",
+                 "_softmax_backward_op", "_cross_entropy_op", "_cross_entropy_backward_op",
+                 "_cross_entropy_backward_inplace_op"):
+        monkeypatch.setattr(KF, name, boom)
+
+    def rmsnorm_out(x, w, out, eps, rstd):
+        r = torch.rsqrt(x.pow(2).mean(-1) + eps)
+        rstd.copy_(r)
+        out.copy_(x * r[:, None] * (w if w is not None else 1))
+
+    def rmsnorm_backward_out(dy, x, w, rstd, dx):
+        got, dw = KF.rmsnorm_backward_torch(dy, x, w, rstd)
+        dx.copy_(got)
+        return dw
+
+    def layernorm_fwd(x, w, b, eps, return_stats):
+        mean, rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + eps)
+        y = (x - mean[:, None]) * rstd[:, None]
+        return y * (w if w is not None else 1) + (b if b is not None else 0), mean, rstd
+
+    def layernorm_backward_out(dy, x, w, mean, rstd, dx):
+        got, dw, db = KF.layernorm_backward_torch(dy, x, w, mean, rstd, True)
+        dx.copy_(got)
+        return dw, db
+
+    def softmax_backward_out(dy, y, out):
+        return out.copy_(y * (dy - (dy * y).sum(-1, keepdim=True)))
+
+    def cross_entropy_fwd(x, t, ignore_index, reduction, label_smoothing, lse_square_scale, return_lse):
+        return ce.cross_entropy_reference(x, t, ignore_index, reduction), torch.logsumexp(x, -1)
+
+    def cross_entropy_backward_out(g, x, t, lse, out, ignore_index, label_smoothing, lse_square_scale):
+        keep = t != ignore_index
+        onehot = torch.nn.functional.one_hot(torch.where(keep, t, 0), x.shape[-1]).double()
+        rows = torch.where(keep, g.expand(t.shape), 0.0)
+        return out.copy_((torch.exp(x - lse[:, None]) - onehot) * rows[:, None])
+    monkeypatch.setattr(KF._rms, "rmsnorm_out", rmsnorm_out)
+    monkeypatch.setattr(KF._nb, "rmsnorm_backward_out", rmsnorm_backward_out)
+    monkeypatch.setattr(KF._ln, "layernorm", layernorm_fwd)
+    monkeypatch.setattr(KF._nb, "layernorm_backward_out", layernorm_backward_out)
+    monkeypatch.setattr(KF._sm, "softmax", lambda x: torch.softmax(x, -1))
+    monkeypatch.setattr(KF._sm, "softmax_backward_out", softmax_backward_out)
+    monkeypatch.setattr(ce, "cross_entropy", cross_entropy_fwd)
+    monkeypatch.setattr(ce, "cross_entropy_backward_out", cross_entropy_backward_out)
+
+    m, n = 6, 16
+    t = torch.randint(0, n, (m,))
+    t[2] = -100
+    cases = {
+        "rmsnorm": (lambda x, w, b: kernels.rmsnorm(x, w),
+                    lambda x, w, b: torch.nn.functional.rms_norm(x, (n,), w, 1e-6)),
+        "layernorm": (lambda x, w, b: kernels.layernorm(x, w, b),
+                      lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)),
+        "softmax": (lambda x, w, b: kernels.softmax(x), lambda x, w, b: torch.softmax(x, -1)),
+        "cross_entropy": (lambda x, w, b: kernels.cross_entropy(x, t),
+                          lambda x, w, b: torch.nn.functional.cross_entropy(x, t)),
+        "cross_entropy none": (lambda x, w, b: kernels.cross_entropy(x, t, reduction="none"),
+                               lambda x, w, b: torch.nn.functional.cross_entropy(x, t, reduction="none")),
+    }
+    for name, (ours, ref) in cases.items():
+        inputs = [torch.randn(m, n, dtype=torch.float64), torch.randn(n, dtype=torch.float64),
+                  torch.randn(n, dtype=torch.float64)]
+        leaves = [v.clone().requires_grad_() for v in inputs]
+        want_leaves = [v.clone().requires_grad_() for v in inputs]
+        y, want = ours(*leaves), ref(*want_leaves)
+        assert y.grad_fn is not None and "Eager" in type(y.grad_fn).__name__, name
+        dy = torch.randn_like(want)
+        used = [v for v in leaves if v.requires_grad][: {"rmsnorm": 2, "layernorm": 3}.get(name, 1)]
+        got = torch.autograd.grad(y, used, dy)
+        expected = torch.autograd.grad(want, want_leaves[:len(used)], dy)
+        torch.testing.assert_close(y, want, rtol=1e-10, atol=1e-10, msg=lambda s: f"{name}: {s}")
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6, msg=lambda s: f"{name} gradient: {s}")  # (the twins accumulate in fp32)
+    x = torch.randn(m, n, dtype=torch.float64, requires_grad=True)
+    _, mean, rstd = kernels.layernorm(x, None, None, return_stats=True)
+    _, lse = kernels.cross_entropy(x, t, reduction="none", return_lse=True)
+    assert not (mean.requires_grad or rstd.requires_grad or lse.requires_grad)
+
+
+@requires_gpu
+def test_eager_calls_that_need_a_gradient_take_one_autograd_function():
+    """On the GPU, an eager call that needs a gradient runs as one autograd.Function (_Eager): its
+    output's backward node is _Eager's, for each op."""
+    x = torch.randn(8, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, 256, (8,), device="cuda")
+    for y in (kernels.rmsnorm(x, w), kernels.layernorm(x, w, w), kernels.softmax(x), kernels.cross_entropy(x, t)):
+        assert type(y.grad_fn).__name__ == "_EagerBackward", type(y.grad_fn).__name__

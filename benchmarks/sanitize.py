@@ -24,7 +24,9 @@ OFFSETS = (0, 1, 7)
 def run(n: int, dt: torch.dtype, offset: int = 0) -> None:
     m = 3 if n > 65536 else 37
     x = torch.randn(m * n + offset, device="cuda", dtype=dt)[offset:].view(m, n)
-    w, b = torch.randn(n, device="cuda", dtype=dt), torch.randn(n, device="cuda", dtype=dt)
+    # the weight and bias start where x does in their 16-byte words, and 3 elements later
+    w = torch.randn(n + offset, device="cuda", dtype=dt)[offset:]
+    b = torch.randn(n + offset + 3, device="cuda", dtype=dt)[offset + 3:]
     t = torch.randint(0, n, (m,), device="cuda")
     if offset == 0 and x.numel() % 8 == 0:  # copy takes aligned tensors whose size is a multiple of 16 bytes
         kernels.copy(x)

@@ -456,8 +456,8 @@ def stretch(row: Row, n: int, elem_bits: int, head: bool = False, vecs: int | No
 
 def neighbours(op: str, n: int, elem_bits: int, head: bool = False) -> list:
     """What a row of n between the table's rows chooses from: the shapes of the row N falls in
-    and of the row below it, each also with half its cluster and with half its threads a row,
-    stretched over N (:func:`stretch`; streamed with each of STREAM_VECS accesses a pass), those
+    and of the row below it, each also with half its cluster and with half its threads a row
+    (then blocks of at most four rows, and no larger than the row's), stretched over N (:func:`stretch`; streamed with each of STREAM_VECS accesses a pass), those
     within MAX_VECS and that the template takes, the row N falls in first."""
     rows = table(op, elem_bits)
     i = rows.index(lookup(op, n, elem_bits))

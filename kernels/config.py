@@ -191,8 +191,10 @@ OPS = tuple(TABLES)
 # the one with the fewest threads a row, then the smallest blocks: fewer threads with more
 # accesses each beat the table's wide shapes there, and small blocks fill an SM whose registers
 # a 512-thread block would leave partly idle. MAX_VECS bounds a thread's accesses by stage (a
-# streamed row's, a pass's). Fitted to book/data/sweep_any_n.csv (TUNING.md#any-n).
-ANY_N = ("rmsnorm", "layernorm", "softmax", "cross_entropy")
+# streamed row's, a pass's). Fitted to book/data/sweep_any_n.csv (TUNING.md#any-n): ANY_N names
+# the element widths per op where it was fitted or measured to win (cross-entropy's 32-bit rows
+# keep the table: the rule lost at 10 of the shapes suite's 23 row lengths there).
+ANY_N = {"rmsnorm": (16, 32), "layernorm": (16, 32), "softmax": (16, 32), "cross_entropy": (16,)}
 KEEP_COVERAGE = 0.97
 MAX_VECS = {"reg": 8, "smem": 16, "stream": 8}
 STREAM_VECS = (4, 8)
@@ -370,7 +372,8 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
     if max_tier not in TIERS:
         raise ValueError(f"max_tier must be one of {TIERS}, got {max_tier!r}")
     cfg = table_row_config(op, n, elem_bits, vec, max_tier, stage, head)
-    if (op in ANY_N and max_tier == "cluster" and stage is None and cfg.vec * elem_bits == 128
+    width = 16 if elem_bits <= 16 else 32
+    if (width in ANY_N.get(op, ()) and max_tier == "cluster" and stage is None and cfg.vec * elem_bits == 128
             and coverage(cfg, n) < KEEP_COVERAGE):
         # (max keeps the first of equals: the row N falls in before the row below)
         return max(neighbours(op, n, elem_bits, head) or [cfg],

@@ -83,7 +83,7 @@ def neighbour_candidates(op: str, n: int, bits: int):
     (:func:`kernels.config.neighbours`), and the row N falls in stretched over it."""
     from kernels.config import table_row_config, neighbours
     head = window(n, bits)[0]
-    return list(dict.fromkeys([table_row_config(op, n, bits, None, "cluster", None, head)] + neighbours(op, n, bits, head)))
+    return list(dict.fromkeys([table_row_config(op, n, bits, head=head)] + neighbours(op, n, bits, head)))
 
 
 def call(op, x, w, b, t, out, cfg):

@@ -371,7 +371,7 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
         raise ValueError(f"N must be in [1, {MAX_N}], got {n}")
     if max_tier not in TIERS:
         raise ValueError(f"max_tier must be one of {TIERS}, got {max_tier!r}")
-    cfg = table_row_config(op, n, elem_bits, vec, max_tier, stage, head)
+    cfg = table_row_config(op, n, elem_bits, vec=vec, max_tier=max_tier, stage=stage, head=head)
     width = 16 if elem_bits <= 16 else 32
     if (width in ANY_N.get(op, ()) and max_tier == "cluster" and stage is None and cfg.vec * elem_bits == 128
             and coverage(cfg, n) < KEEP_COVERAGE):
@@ -381,8 +381,10 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
     return cfg
 
 
-def table_row_config(op, n, elem_bits, vec, max_tier, stage, head) -> RowConfig:
-    """The row N falls in, stretched over N with the tiers ``max_tier`` allows."""
+def table_row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_tier: str = "cluster",
+                     stage: str | None = None, head: bool = False) -> RowConfig:
+    """The row N falls in, stretched over N with the tiers ``max_tier`` allows: what
+    :func:`row_config` gives where the rule for any N does not apply (arguments as there)."""
     entry = lookup(op, n, elem_bits)
     if stage is not None:
         if stage not in ("reg", "smem"):

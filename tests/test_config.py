@@ -197,11 +197,11 @@ def test_the_rule_between_rows_leaves_every_tuned_row(op, bits):
     shape: the tuned points keep what they were tuned to. An op's widths outside ANY_N keep the
     table at every N."""
     for n in sorted({r.n_max for r in C.table(op, bits)} | {1 << k for k in range(5, 19)}):
-        assert row_config(op, n, bits) == C.table_row_config(op, n, bits, None, "cluster", None, False), n
+        assert row_config(op, n, bits) == C.table_row_config(op, n, bits), n
     if bits not in C.ANY_N[op]:
         for n in _shape_ns():
             head = n % (128 // bits) != 0
-            assert row_config(op, n, bits, head=head) == C.table_row_config(op, n, bits, None, "cluster", None, head)
+            assert row_config(op, n, bits, head=head) == C.table_row_config(op, n, bits, head=head)
 
 
 @pytest.mark.parametrize("op", C.ANY_N)
@@ -213,7 +213,7 @@ def test_between_rows_the_accesses_cover_the_row_at_least_as_well(op, bits):
     neighbour does."""
     for n in _shape_ns():
         head = n % (128 // bits) != 0
-        cfg, table = row_config(op, n, bits, head=head), C.table_row_config(op, n, bits, None, "cluster", None, head)
+        cfg, table = row_config(op, n, bits, head=head), C.table_row_config(op, n, bits, head=head)
         cfg.check(n, bits)
         assert cfg.head == head and cfg.vecs_per_thread <= max(C.MAX_VECS[cfg.stage], table.vecs_per_thread)
         assert C.coverage(cfg, n) >= C.coverage(table, n) - 0.005, (n, cfg, table)

@@ -49,7 +49,7 @@ def kept_candidates(n: int, bits: int):
     for threads in (32, 64, 128, 256, 512, 1024):
         for cluster in (1, 2, 4, 8, 16):
             per = -(-nvec // (threads * cluster))
-            if not 16 <= per * vec <= 64 or (per - 1) * threads * cluster >= nvec:
+            if not 16 <= per * vec <= 64:
                 continue
             for tpb in sorted({max(threads, 128), max(threads, 256)}):
                 cfg = RowConfig(threads, tpb, cluster, vec, per, head=head)

@@ -411,14 +411,13 @@ def table_row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None,
     tpr = min(tpr, _next_pow2(nvec))
     tpb = max(tpb, tpr)
     cluster = min(cluster, _next_pow2(math.ceil(nvec / (tpr))))
+    shape = replace(entry, threads_per_row=tpr, threads_per_block=tpb, cluster=cluster)
     if entry.stage != "stream":
-        per_thread = math.ceil(nvec / (tpr * cluster))
-        cfg = RowConfig(tpr, tpb, cluster, vec, per_thread, 1, entry.stage, groups=math.gcd(entry.groups, per_thread),
-                        head=head)
-        if cfg.stage == "reg" and per_thread * vec > MAX_KEPT_ELEMS:
+        cfg = stretch(shape, n, elem_bits, head, vec=vec)
+        if cfg.stage == "reg" and cfg.elems_per_thread > MAX_KEPT_ELEMS:
             raise ValueError(
                 f"a row of {n} elements does not fit in registers with max_tier={max_tier!r} "
-                f"({per_thread * vec} elements per thread > {MAX_KEPT_ELEMS}); stream it instead")
+                f"({cfg.elems_per_thread} elements per thread > {MAX_KEPT_ELEMS}); stream it instead")
         if cfg.stage == "smem" and cfg.smem_bytes(elem_bits) > MAX_SMEM_BYTES:
             raise ValueError(
                 f"a row of {n} elements does not fit in shared memory with max_tier={max_tier!r} "
@@ -427,10 +426,7 @@ def table_row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None,
     stream_vecs = max(1, entry.vecs * (128 // elem_bits) // vec)  # the same bytes when vec is narrower
     if tpb > 512:  # 1024-thread blocks get 64 registers a thread: half the bytes in flight
         stream_vecs = max(1, stream_vecs // 2)
-    per_thread = min(stream_vecs, math.ceil(nvec / (tpr * cluster)))
-    passes = math.ceil(nvec / (tpr * cluster * per_thread))
-    return RowConfig(tpr, tpb, cluster, vec, per_thread, passes, "stream", ahead=entry.ahead and passes > 1,
-                     targets=entry.targets, head=head)
+    return stretch(shape, n, elem_bits, head, vecs=stream_vecs, vec=vec)
 
 
 def coverage(cfg: RowConfig, n: int) -> float:
@@ -440,17 +436,16 @@ def coverage(cfg: RowConfig, n: int) -> float:
     return -(-window // cfg.vec) / (cfg.cols_covered // cfg.vec)
 
 
-def stretch(row: Row, n: int, elem_bits: int, head: bool = False, vecs: int | None = None) -> RowConfig | None:
-    """``row``'s shape over a row of n elements in 128-bit accesses: kept, as many accesses a
-    thread as cover it; streamed, ``vecs`` accesses a pass (fewer if fewer cover it) and the
-    passes that do. None where a thread or block would get no access of the row."""
-    vec = 128 // elem_bits
-    nvec = -(-(n + vec - 1 if head else n) // vec)
+def stretch(row: Row, n: int, elem_bits: int, head: bool = False, vecs: int | None = None,
+            vec: int | None = None) -> RowConfig:
+    """``row``'s shape over a row of n elements in accesses of ``vec`` elements (default 128
+    bits): kept, as many accesses a thread as cover it; streamed, ``vecs`` accesses a pass
+    (default the row's; fewer if fewer cover it) and the passes that do."""
+    vec = vec or 128 // elem_bits
+    nvec = (n + 2 * vec - 2) // vec if head else n // vec
     blocks = row.threads_per_row * row.cluster
     if row.stage != "stream":
         per = -(-nvec // blocks)
-        if (per - 1) * blocks >= nvec:
-            return None
         return RowConfig(row.threads_per_row, row.threads_per_block, row.cluster, vec, per, stage=row.stage,
                          groups=math.gcd(row.groups, per), head=head)
     per = min(vecs or row.vecs, -(-nvec // blocks))
@@ -477,7 +472,7 @@ def neighbours(op: str, n: int, elem_bits: int, head: bool = False) -> list:
     for r in dict.fromkeys(shapes):
         for vecs in (STREAM_VECS if r.stage == "stream" else (None,)):
             cfg = stretch(r, n, elem_bits, head, vecs)
-            if cfg is None or cfg.vecs_per_thread > MAX_VECS[cfg.stage]:
+            if cfg.vecs_per_thread > MAX_VECS[cfg.stage]:
                 continue
             try:
                 cfg.check(n, elem_bits)

@@ -12,8 +12,7 @@ import torch
 
 import kernels
 from kernels.cross_entropy import cross_entropy_backward_out
-from kernels.norm_backward import MAX_N as NORM_BWD_MAX_N
-from kernels.norm_backward import layernorm_backward_out, rmsnorm_backward_out
+from kernels.norm_backward import layernorm_backward_out, longest, rmsnorm_backward_out
 from kernels.softmax import softmax_backward_out
 
 NS = (1, 3001, 50257, 131071, 262144)
@@ -39,7 +38,7 @@ def run(n: int, dt: torch.dtype, offset: int = 0) -> None:
     dy = torch.randn_like(y)
     softmax_backward_out(dy, p, torch.empty_like(p))
     cross_entropy_backward_out(torch.ones(m, device="cuda"), x, t, lse, torch.empty_like(x))
-    if n <= NORM_BWD_MAX_N:
+    if n <= longest(dt):
         rstd = torch.rsqrt(x.float().pow(2).mean(-1) + 1e-6)
         rmsnorm_backward_out(dy, x, w, rstd, torch.empty_like(x))
         xf = x.float()

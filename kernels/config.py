@@ -173,10 +173,20 @@ TABLES["layernorm"] = TABLES["rmsnorm"]
 # stage from 16k 16-bit elements (not swept yet).
 TABLES["softmax_bwd"] = TABLES["rmsnorm"]
 # RMSNorm's and LayerNorm's backward sum the weight's gradient over the rows: one block a row
-# at a time (a persistent kernel), the row in registers with 16 elements a thread; rows past
-# 8,192 elements are not covered yet (they would spill; not swept yet).
-_NORM_BWD = tuple(Row(n, t, t) for n, t in ((1024, 64), (2048, 128), (4096, 256), (8192, 512)))
-TABLES["rmsnorm_bwd"] = TABLES["layernorm_bwd"] = {16: _NORM_BWD, 32: _NORM_BWD}
+# at a time (a persistent kernel), 16 elements a thread, the row staged in shared memory two rows
+# at a time; from 16k elements a cluster splits the row, 8,192 (16-bit) or 4,096 (32-bit)
+# elements a block. RMSNorm's shortest rows keep theirs in registers, where that measured ahead
+# (TUNING.md#norm-backward).
+def _norm_bwd(per_block: int, in_registers: int = 0) -> tuple:
+    rows = [Row(n, n // 16, n // 16, 1, "reg" if n <= in_registers else "smem") for n in (1024, 2048, 4096, 8192)
+            if n <= max(per_block, in_registers)]
+    rows += [Row(n, per_block // 16, per_block // 16, min(16, n // per_block), "smem")
+             for n in (8192, 16384, 32768, 65536, 131072, 262144) if n > max(per_block, in_registers)]
+    return tuple(rows)
+
+
+TABLES["rmsnorm_bwd"] = {16: _norm_bwd(8192, in_registers=1024), 32: _norm_bwd(4096, in_registers=8192)[:-1]}
+TABLES["layernorm_bwd"] = {16: _norm_bwd(8192), 32: _norm_bwd(4096)[:-1]}
 # Cross-entropy's backward maps its row (nothing to reduce): one block a row, its row in passes of
 # four 128-bit accesses a thread (not swept yet).
 TABLES["cross_entropy_bwd"] = {

@@ -12,7 +12,8 @@ launches), and any other call goes straight to the kernel.
 The backward passes are kernels of the template too (``SoftmaxBackward``,
 ``CrossEntropyBackward``, and ``kernels.norm_backward`` for RMSNorm's and LayerNorm's, whose
 weight gradients are summed over the rows by a persistent kernel). RMSNorm's and LayerNorm's
-rows longer than ``norm_backward.MAX_N`` take PyTorch's own fused backward kernels.
+rows longer than ``norm_backward.longest(dtype)`` (32-bit rows past 131,072 elements) take
+PyTorch's own fused backward kernels.
 """
 from __future__ import annotations
 
@@ -135,9 +136,9 @@ def rmsnorm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tens
     """(dx, dweight) of y = x * rstd * weight, with rstd = 1 / sqrt(mean(x^2) + eps) saved by the
     forward: dx = rstd (g - xhat mean(g xhat)) with g = dy * weight and xhat = x * rstd;
     dweight = the sum over rows of dy * xhat. The kernel for rows of up to
-    ``norm_backward.MAX_N`` elements, PyTorch's fused backward kernel past that."""
+    ``norm_backward.longest(x.dtype)`` elements, PyTorch's fused backward kernel past that."""
     n = x.shape[-1]
-    if n <= _nb.MAX_N:
+    if n <= _nb.longest(x.dtype):
         dx, dw = (_rmsnorm_backward_body if _eager(dy, x, weight) else _rmsnorm_backward_op)(dy, x, weight, rstd)
         return dx, (dw if weight is not None else None)
     # longer rows: PyTorch's own fused backward (it takes the forward's rstd as (..., 1))
@@ -230,10 +231,10 @@ def _(dy, x, weight, mean, rstd):
 def layernorm_backward(dy, x, weight, mean, rstd, has_bias: bool):
     """(dx, dweight, dbias) of y = (x - mean) * rstd * weight + bias: with xhat = (x - mean) rstd
     and g = dy * weight, dx = rstd (g - mean(g) - xhat mean(g xhat)); dweight and dbias are the
-    sums over rows of dy * xhat and dy. The kernel for rows of up to ``norm_backward.MAX_N``
-    elements, PyTorch's own backward kernel past that."""
+    sums over rows of dy * xhat and dy. The kernel for rows of up to
+    ``norm_backward.longest(x.dtype)`` elements, PyTorch's own backward kernel past that."""
     n = x.shape[-1]
-    if n <= _nb.MAX_N:
+    if n <= _nb.longest(x.dtype):
         body = _layernorm_backward_body if _eager(dy, x, weight) else _layernorm_backward_op
         dx, dw, db = body(dy, x, weight, mean, rstd)
         return dx, (dw if weight is not None else None), (db if has_bias else None)

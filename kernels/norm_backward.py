@@ -3,10 +3,12 @@ bias's) gradient summed over the rows.
 
 Bytes that must move: read x and dy, write dx (3 M N elements), read the weight once; the saved
 per-row statistics (rstd, and LayerNorm's mean) are M floats. The sums over rows are what is
-new: each block of a *persistent* kernel walks rows bidx, bidx + P, ... (P blocks, as many as
-the GPU holds at once), adds each row's terms into fp32 registers, and writes one partial row;
-the P partial rows are added up after (``sum(0)``, a fixed order), so the result is the same bit
-for bit from run to run and no float atomics are used.
+new: each block (or cluster) of a *persistent* kernel walks rows bidx, bidx + P, ... (P of them,
+as many as the GPU holds at once), adds each row's terms into fp32 registers, and writes one
+partial row; the P partial rows are added up after (``sum(0)``, a fixed order), so the result is
+the same bit for bit from run to run and no float atomics are used. The row is staged in shared
+memory, two rows at a time: the next row's copies are in flight while this one is reduced and
+written, and long rows are split over a cluster (``RowOp.walk_staged``).
 """
 from __future__ import annotations
 
@@ -16,12 +18,21 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from . import validate
-from .config import row_config
+from .config import SM_SMEM_BYTES, SMEM_RESERVED_PER_BLOCK, row_config
+from .cubin import kernel_resources
 from .reduce import SUM, SUM2
 from .rowkernel import RowOp, one_row_a_block
 
-#: The longest row the kernels take (one block a row, kept in registers).
-MAX_N = 8192
+#: The longest row the kernels take, by element width: a 32-bit row of 262,144 elements would
+#: need 256 KiB of shared memory a block for its two staged rows even split over 16 blocks.
+LONGEST = {16: 262144, 32: 131072}
+MAX_N = max(LONGEST.values())
+
+
+def longest(dtype: torch.dtype) -> int:
+    """The longest row of ``dtype`` the kernels take (PyTorch's backward takes longer ones, and
+    every row of a dtype the kernels do not take)."""
+    return LONGEST.get(torch.finfo(dtype).bits, 0)
 
 
 class NormBackward(RowOp):
@@ -91,23 +102,70 @@ class LayerNormBackward(NormBackward):
         return {"dweight": v.dy * ((v.x - v.mean) * v.rstd), "dbias": v.dy}
 
 
-_SMS: dict = {}
+_BLOCKS: dict = {}
 
 
-def persistent_blocks(device: torch.device, cfg) -> int:
-    """Blocks of a persistent kernel: as many as the device's SMs hold at once by threads (up to
-    2048 threads and 32 blocks an SM)."""
-    index = device.index
-    if index not in _SMS:
-        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _SMS[index] * min(32, 2048 // cfg.threads_per_block)
+def resident_blocks(registers: int, smem_bytes: int, threads: int) -> int:
+    """Blocks of ``threads`` threads one Hopper SM holds at once, with ``registers`` registers a
+    thread (allocated 256 a warp at a time, 64 K an SM) and ``smem_bytes`` of shared memory a
+    block (plus the 1 KiB the driver reserves for each); at most 32 blocks and 2,048 threads."""
+    warps = -(-threads // 32)
+    by_regs = 65536 // (warps * (-(-registers * 32 // 256) * 256)) if registers else 32
+    by_smem = SM_SMEM_BYTES // (smem_bytes + SMEM_RESERVED_PER_BLOCK)
+    return max(1, min(32, 2048 // threads, by_regs, by_smem))
+
+
+def persistent_blocks(device: torch.device, compiled, smem_bytes: int) -> int:
+    """Blocks (clusters, for a row split over a cluster) of a persistent kernel: as many as the
+    device holds at once, so that every one walks the same number of rows and none waits for a
+    second wave. A cluster must fit in one GPC: the driver counts them
+    (``cuOccupancyMaxActiveClusters``)."""
+    key = (device.index, compiled.key)
+    if key not in _BLOCKS:
+        cfg = compiled.config
+        registers = max([k.registers for k in kernel_resources(compiled.cubin)] or [0])
+        per_sm = resident_blocks(registers, smem_bytes, cfg.threads_per_block)
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        blocks = sms * per_sm
+        if cfg.cluster_n > 1:
+            blocks = max_active_clusters(compiled, cfg, smem_bytes) or max(1, sms // cfg.cluster_n * per_sm * 3 // 4)
+        _BLOCKS[key] = blocks
+    return _BLOCKS[key]
+
+
+def max_active_clusters(compiled, cfg, smem_bytes: int) -> int:
+    """The driver's count of clusters of the compiled kernel the device holds at once (0 where
+    it cannot tell)."""
+    try:
+        from cuda.bindings import driver as cu
+        torch.cuda.init()
+        err, module = cu.cuModuleLoadData(compiled.cubin)
+        name = kernel_resources(compiled.cubin)[0].name
+        err2, fn = cu.cuModuleGetFunction(module, name.encode())
+        if err != cu.CUresult.CUDA_SUCCESS or err2 != cu.CUresult.CUDA_SUCCESS:
+            return 0
+        attr = cu.CUfunction_attribute
+        cu.cuFuncSetAttribute(fn, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem_bytes)
+        cu.cuFuncSetAttribute(fn, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        launch = cu.CUlaunchConfig()
+        launch.gridDimX, launch.gridDimY, launch.gridDimZ = 1, cfg.cluster_n, 1
+        launch.blockDimX, launch.blockDimY, launch.blockDimZ = cfg.threads_per_block, 1, 1
+        launch.sharedMemBytes = smem_bytes
+        cluster = cu.CUlaunchAttribute()
+        cluster.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        cluster.value.clusterDim.x, cluster.value.clusterDim.y, cluster.value.clusterDim.z = 1, cfg.cluster_n, 1
+        launch.attrs, launch.numAttrs = [cluster], 1
+        err, count = cu.cuOccupancyMaxActiveClusters(fn, launch)
+        return int(count) if err == cu.CUresult.CUDA_SUCCESS else 0
+    except Exception:  # (no cuda-python, an older driver): the caller's estimate
+        return 0
 
 
 def _launch(op, dy, x, weight, stats, dx, config):
     rows = validate.rows(x, cuda=False)
     m, n = rows.shape
-    if n > MAX_N:
-        raise NotImplementedError(f"{op.__name__} takes rows of up to {MAX_N} elements, got {n}")
+    if n > longest(x.dtype):
+        raise NotImplementedError(f"{op.__name__} takes {x.dtype} rows of up to {longest(x.dtype)} elements, got {n}")
     validate.like(x, dy, "dy")
     validate.like(x, dx, "dx")
     if weight is not None:
@@ -117,8 +175,10 @@ def _launch(op, dy, x, weight, stats, dx, config):
     validate.on_cuda(x)
     partials = []
 
-    def late(cfg):
-        blocks = persistent_blocks(x.device, cfg)
+    def late(compiled):
+        cfg = compiled.config
+        smem = cfg.smem_bytes(torch.finfo(x.dtype).bits, 2 * len(op.reductions), 2 * len(op.rows))
+        blocks = persistent_blocks(x.device, compiled, smem)
         partials.extend(torch.empty(blocks, n, dtype=torch.float32, device=x.device) for _ in op.col_out)
         return tuple(partials), (blocks,)
     op.launch(rows, config, rows=(rows, validate.rows(dy, "dy")), out=(validate.rows(dx, "dx"),), cols=(weight,),

@@ -239,13 +239,15 @@ def cluster_reduce(
     warps_per_row: cutlass.Constexpr[int],
     cluster_n: cutlass.Constexpr[int],
     slot_width: cutlass.Constexpr[int],
+    phase=0,
 ):
     """Cluster tier: every warp sends its partial to slot
     ``rank * warps_per_row + warp_in_row`` of ``buf[row]`` in *every* block of the
     cluster with ``st.async`` (lane i writes to peer i). Each store adds its bytes to
     the receiving block's mbarrier transaction count; a block waits until all
     ``warps_per_row * cluster_n`` partials of each of its rows have landed, then
-    folds them locally. One exchange, no second round trip."""
+    folds them locally. One exchange, no second round trip. A kernel that exchanges again through
+    the same mbarrier (row after row) waits for its ``phase`` (0, 1, 0, ...) each time."""
     warp = cute.arch.warp_idx()
     lane = cute.arch.lane_idx()
     rows_per_block = cute.size(buf, mode=[0])
@@ -260,7 +262,7 @@ def cluster_reduce(
         words += [Int32(0)] * (slot_width - op.width)
         dst = buf.iterator + cute.crd2idx((row, rank * warps_per_row + col, 0), buf.layout)
         cute.arch.store_async_dsmem(dst, words[0] if slot_width == 1 else tuple(words), mbar, lane)
-    cute.arch.mbarrier_wait(mbar, 0)
+    cute.arch.mbarrier_wait(mbar, phase)
     return _read_slots(buf, row, warps_per_row * cluster_n, op)
 
 
@@ -278,17 +280,19 @@ def row_reduce(
     buf,
     mbar,
     first: cutlass.Constexpr[bool] = True,
+    phase=0,
 ):
     """Climb the tiers above the thread: warp, then block or cluster, using only
     those the configuration needs. ``vals`` is this thread's folded tuple; every
     thread of the row gets the row's result. A kernel that reduces twice a row passes each
-    exchange its own ``buf`` and ``mbar``; the first waits for the cluster's setup."""
+    exchange its own ``buf`` and ``mbar``; the first waits for the cluster's setup (a kernel that
+    reuses them row after row waits for it once itself, and passes the mbarrier's ``phase``)."""
     vals = warp_reduce(vals, op, min(threads_per_row, WARP_SIZE))
     warps_per_row = const_expr(max(1, threads_per_row // WARP_SIZE))
     if const_expr(cluster_n > 1):
         if const_expr(first):
             cute.arch.cluster_wait()
-        vals = cluster_reduce(vals, op, buf, mbar, warps_per_row, cluster_n, slot_width(op))
+        vals = cluster_reduce(vals, op, buf, mbar, warps_per_row, cluster_n, slot_width(op), phase)
     elif const_expr(warps_per_row > 1):
         vals = block_reduce(vals, op, buf, warps_per_row)
     return vals

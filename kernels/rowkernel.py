@@ -106,7 +106,8 @@ class RowOp:
         cls.fast = {}
 
     def __init__(self, dtype, n: int, cfg, present: frozenset, in_dtypes: tuple = ()):
-        cfg.check(n, dtype.width, stages=max(1, len(self.reductions)), tiles=len(self.rows))
+        walks = 2 if self.col_out and cfg.stage == "smem" else 1  # (a staged walk: two buffers, two slot sets)
+        cfg.check(n, dtype.width, stages=walks * max(1, len(self.reductions)), tiles=walks * len(self.rows))
         if self.out and self.reductions and cfg.stage == "stream":
             raise ValueError(f"{type(self).__name__} writes rows it reduces: its row must be kept (stage 'reg' "
                              "or 'smem')")
@@ -115,10 +116,10 @@ class RowOp:
         if self.col_out and cfg.head:
             raise ValueError(f"{type(self).__name__} sums over rows, column by column: its rows cannot take "
                              "windows of their own (head=True)")
-        if self.col_out and (cfg.stage != "reg" or cfg.cluster_n != 1 or cfg.rows_per_block != 1):
+        if self.col_out and (cfg.stage == "stream" or cfg.rows_per_block != 1 or (cfg.stage == "reg" and cfg.cluster_n != 1)):
             raise ValueError(f"{type(self).__name__} sums over rows: it takes one row a block, kept in "
-                             f"registers, no cluster; got {cfg}")
-        if not self.out and cfg.stage == "smem":
+                             f"registers (no cluster) or staged in shared memory (a cluster may split it); got {cfg}")
+        if not self.out and cfg.stage == "smem" and not self.col_out:
             raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
                              "stage='smem' buys nothing, use stage='reg'")
         self.dtype, self.n, self.cfg, self.present, self.in_dtypes = dtype, n, cfg, present, in_dtypes
@@ -180,8 +181,8 @@ class RowOp:
                scalars=(), late=None, remember=None):
         """Launch the op on (M, N) ``rows`` (x among them), each slot's tensors in declared
         order (None for an absent optional one), compiling it on the first call for its key.
-        ``late(config)``, if given, returns the ``col_out`` tensors and the last scalars, which
-        depend on the configuration (how many blocks). ``remember``, if given, is the public
+        ``late(compiled)``, if given, returns the ``col_out`` tensors and the last scalars, which
+        depend on the compiled kernel (how many blocks it fits on the GPU at once). ``remember``, if given, is the public
         call's key under which ``fast`` keeps the compiled function, when this call got the
         widest accesses N allows (a later call with the same key skips the checks above and
         calls it directly: the compiled signature itself refuses any tensor it was not built
@@ -209,7 +210,7 @@ class RowOp:
         # (a window kernel is right for any row alignment; a plain one only for what N allows)
         if remember is not None and (natural < 16 if head else vec * eb == natural):
             cls.fast[remember] = hit.fn
-        col_out, more = late(hit.config) if late is not None else ((), ())
+        col_out, more = late(hit) if late is not None else ((), ())
         hit.fn(rows + out + present_cols + row_in
                + tuple([t for t in row_out + extra if t is not None]) + col_out + scalars + more)
 
@@ -297,7 +298,9 @@ class RowOp:
     def kernel(self, args, tiled_copy: cute.TiledCopy, tiler_mn: cute.Shape):
         io = self.bind(args)
         b = Block(self, io, tiled_copy, tiler_mn)
-        if const_expr(len(self.col_out) > 0):
+        if const_expr(len(self.col_out) > 0 and self.cfg.stage == "smem"):
+            self.walk_staged(args, b)
+        elif const_expr(len(self.col_out) > 0):
             self.walk_rows(args, b)
         else:
             self.row_tile(io, b)
@@ -352,9 +355,44 @@ class RowOp:
         cute.arch.barrier()  # the block tier's slots are written again by the next row
 
     @cute.jit
+    def walk_staged(self, args, b):
+        """The persistent kernel of an op with ``col_out`` whose row is staged (stage "smem"):
+        block (or cluster) ``bidx`` of ``blocks`` takes rows bidx, bidx + blocks, ... as
+        ``walk_rows`` does, but row r + blocks is copied into the second of two shared buffers
+        while row r is folded, exchanged and written from the first (:class:`StagedWalk`), so
+        that a block always has a row's loads in flight; the column inputs (a weight) are
+        loaded once, for every row. In a cluster each block walks its column tile of the rows."""
+        io = self.bind(args)
+        block, m, blocks = b.bidx, b.m, io.s.blocks
+        self.walk = StagedWalk(self, io, b)  # (kept on the op: the loop's body takes no object of its own)
+        acc = [cute.make_rmem_tensor_like(self.walk.tXgX, Float32) for _ in self.col_out]
+        for frag in acc:
+            frag.fill(0.0)
+        self.walk.issue(0, block)
+        if const_expr(self.cfg.cluster_n > 1):
+            cute.arch.cluster_wait()  # the peers' mbarriers are armed
+        for row in cutlass.range(block, m, 2 * blocks):
+            self.walk_pair(acc, row, block, blocks, m)
+        cute.arch.cp_async_wait_group(0)
+        b.at(block)
+        self.write_partials(args, b, acc, block)
+
+    @cute.jit
+    def walk_pair(self, acc, row, block, blocks, m):
+        """Rows ``row`` (buffer 0) and ``row + blocks`` (buffer 1), each buffer refilled as soon
+        as it is worked; each buffer's exchange has its own slots and mbarrier, used every other
+        row (its phase flips with each use)."""
+        phase = ((row - block) // (2 * blocks)) % 2
+        self.walk.issue(1, row + blocks)
+        self.walk.work(0, row, acc, phase)
+        self.walk.issue(0, row + 2 * blocks)
+        if row + blocks < m:
+            self.walk.work(1, row + blocks, acc, phase)
+
+    @cute.jit
     def write_partials(self, args, b, acc, block):
         io = self.bind(args)
-        _, tXcX, _ = b.view(io.x, 0)
+        _, tXcX, _ = b.view(io.x, b.rank)
         for name, frag in zip(self.col_out, acc):
             mP = io.col_out[name]
             for i in cutlass.range(cute.size(frag), unroll_full=True):
@@ -376,7 +414,7 @@ def one_row_a_block(cfg, n: int):
     """``cfg`` with one row a block (at least a warp of threads, the rest of a short row's threads
     idle): what a kernel that sums over rows takes."""
     tpr = max(32, cfg.threads_per_row)
-    vecs = math.ceil(n // cfg.vec / tpr)
+    vecs = math.ceil(n // cfg.vec / (tpr * cfg.cluster_n))
     return replace(cfg, threads_per_row=tpr, threads_per_block=tpr, vecs_per_thread=vecs)
 
 
@@ -400,6 +438,8 @@ class Block:
         # Partials of the block / cluster tiers live in shared memory, a buffer per reduction.
         self.smem = cutlass.memory.SmemAllocator()
         stages = max(1, len(op.reductions))
+        # (a staged persistent walk exchanges two rows' partials at once: two sets, one a buffer)
+        stages *= 2 if const_expr(len(op.col_out) > 0 and cfg.stage == "smem") else 1
         self.bufs = [None] * stages
         self.mbar = None
         if const_expr(cfg.cluster_n > 1 or cfg.warps_per_row > 1):
@@ -407,7 +447,7 @@ class Block:
                 Float32,
                 cute.make_ordered_layout((cfg.rows_per_block, cfg.warps_per_row * cfg.cluster_n, slot_width(c)),
                                          order=(2, 1, 0)),
-                byte_alignment=16) for c in op.reductions] or [None]
+                byte_alignment=16) for _ in range(stages // max(1, len(op.reductions))) for c in op.reductions] or [None]
         if const_expr(cfg.cluster_n > 1):
             self.mbar = self.smem.allocate_array(Int64, num_elems=stages)
             cluster_reduce_setup(self.mbar, stages)
@@ -913,6 +953,88 @@ class Staged(InRegisters):
                                   pred=None if self.tXpX is None else self.tXpX[None, None, k])
             return None
         over_accesses(0, vecs, write, None)
+
+
+class StagedWalk(Staged):
+    """The row of a persistent walk (:meth:`RowOp.walk_staged`), staged: two shared buffers
+    for each row input, filled in turn with ``cp.async`` (``issue``) and worked from
+    (``work``: fold, exchange, the epilogue's stores and the rows' sums, access by access); the
+    column inputs in registers, loaded once. Every thread reads back only what it copied, so a
+    buffer is refilled without a barrier; each buffer's exchange has its own slots."""
+
+    def __init__(self, op: RowOp, io, b: Block):
+        super().__init__(op, io, b)
+        cfg = self.cfg
+        self.stage_copy = make_stage_copy(io.x.element_type, cfg.vec)
+        layout = cute.make_ordered_layout(b.tiler_mn, order=(1, 0))
+        self.buffers = [{name: b.thr.partition_D(b.smem.allocate_tensor(mT.element_type, layout, byte_alignment=128))
+                         for name, mT in io.rows.items()} for _ in range(2)]
+        self.tXgX, self.tXcX, self.tXpX = b.view(io.x, self.tile)
+        # each buffer's per-row inputs (a saved rstd), loaded when its row is issued: registers
+        # that are read a row later, so that their round trip hides behind the other row's work
+        self.pre = cute.make_rmem_tensor(cute.make_layout((2, max(1, len(op.row_in)))), Float32)
+        self.resident = {name: None if mW is None else self.load_resident(mW) for name, mW in io.cols.items()}
+
+    @cute.jit
+    def load_resident(self, mW):
+        tXgW = self.b.column(mW, self.tile)
+        tXrW = cute.make_rmem_tensor_like(tXgW)
+        for k in cutlass.range_constexpr(self.cfg.vecs_per_thread):
+            self.b.load_column_access(mW, tXgW[None, None, k], tXrW[None, None, k], self.tXcX[None, None, k])
+        return tXrW
+
+    def columns_at(self, k):
+        return {name: None if f is None else f[None, None, k].load().to(Float32) for name, f in self.resident.items()}
+
+    @cute.jit
+    def issue(self, buf: cutlass.Constexpr[int], row):
+        """Copy row ``row`` (nothing past M) into buffer ``buf`` (one commit group, even empty),
+        and load its per-row inputs."""
+        self.b.at(row)
+        values = self.op.row_inputs(self.io, self.b)
+        for j, name in enumerate(self.op.row_in):
+            self.pre[buf, j] = values[name]
+        sources = {name: self.b.view(mT, self.tile)[0] for name, mT in self.io.rows.items()}
+        for name in self.io.rows:
+            if row < self.b.m:
+                cute.copy(self.stage_copy, sources[name], self.buffers[buf][name], pred=self.tXpX)
+        cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def work(self, buf: cutlass.Constexpr[int], row, acc, phase):
+        """Row ``row`` from buffer ``buf`` (the later buffer's copies may still be in flight)."""
+        b, op, cfg = self.b, self.op, self.cfg
+        b.at(row)
+        self.row_values = {name: self.pre[buf, j] for j, name in enumerate(op.row_in)}
+        self.staged = self.buffers[buf]
+        cute.arch.cp_async_wait_group(1)
+        pad, stages = self.pad(), len(op.reductions)
+        results = []
+        for i in cutlass.range_constexpr(stages):
+            c = op.reductions[i]
+            state = over_accesses(0, cfg.vecs_per_thread, lambda k, st: c.combine(
+                st, c.fold(op.fold_input(self.values(self.access(k, pad), self.columns_at(k)), i, results))),
+                tuple(Float32(e) for e in c.identity))
+            slot = buf * stages + i
+            results.append(row_reduce(state, c, cfg.threads_per_row, cfg.cluster_n, b.bufs[slot],
+                                      None if b.mbar is None else b.mbar + slot, first=False, phase=phase))
+        tXgO = {name: b.thr.partition_D(b.tiles(mO)[None, None, self.tile]) for name, mO in self.io.out.items()}
+
+        def write(k, _):
+            # (accesses past N hold the pad, so that what they add to the sums is zero)
+            v = self.values(self.access(k, pad), self.columns_at(k), self.tXcX[None, None, k],
+                            tXgO[op.out[0]][None, None, k])
+            ys = op.epilogue(v, results, self.io.s)
+            for name, mO in self.io.out.items():
+                tXrO_k = cute.make_rmem_tensor_like(tXgO[name][None, None, k])
+                tXrO_k.store(ys[name].to(mO.element_type))
+                cute.copy(b.load, tXrO_k, tXgO[name][None, None, k],
+                          pred=None if self.tXpX is None else self.tXpX[None, None, k])
+            adds = op.col_values(v, results, self.io.s)
+            for name, frag in zip(op.col_out, acc):
+                frag[None, None, k].store(frag[None, None, k].load() + adds[name])
+            return None
+        over_accesses(0, cfg.vecs_per_thread, write, None)
 
 
 class Streamed(Strategy):

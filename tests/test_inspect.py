@@ -292,24 +292,40 @@ def test_backward_kernels_read_and_write_with_128_bit_accesses(n, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("n", [1, 7, 64, 1000, 1024, 4097, 8192])
+@pytest.mark.parametrize("n", [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 65536, 131072, 262144])
 @pytest.mark.parametrize("op", ["rmsnorm_backward", "layernorm_backward"])
 def test_norm_backward_kernels_walk_rows_without_spills(op, n, dtype):
-    """The persistent kernels: one block a row at a time (a loop back to the next row, a block
-    barrier a row for the exchange's slots), x, dy and the weight read with the widest access
-    N allows, one fp32 partial per column written once, nothing spilled."""
+    """The persistent kernels: one block (a cluster, for long rows) a row at a time, a loop back
+    to the next row; the row staged in shared memory with cp.async where N allows 16-byte
+    accesses, the next row's copies issued before this one is worked (three commit groups: the
+    first row, and one for each buffer in the loop); x, dy and the weight read with the widest
+    access N allows, one fp32 partial per column written once, nothing spilled."""
+    from kernels.norm_backward import LONGEST
+    if n > LONGEST[BITS[dtype] if BITS[dtype] == 32 else 16]:
+        with pytest.raises(ValueError, match="largest row"):
+            inspect_op(op, dtype, n)
+        return
     rep = inspect_op(op, dtype, n)
     cfg = rep.config
-    assert cfg.rows_per_block == 1 and cfg.cluster_n == 1 and cfg.stage == "reg"
-    assert rep.frame_bytes == 0 and not rep.has("local memory")
+    assert cfg.rows_per_block == 1 and cfg.stage in ("reg", "smem")
+    assert (cfg.cluster_n > 1) == (n > 8192 * 16 // BITS[dtype] and cfg.stage == "smem")
+    if cfg.stage == "reg":  # (RMSNorm's shortest rows: no cp.async, one barrier a row for the slots)
+        assert not rep.has("async copies") and op == "rmsnorm_backward" and cfg.cluster_n == 1
+        return
+    if not (op == "layernorm_backward" and n == 262144):  # (two sums of 32 columns a thread: 48 bytes spilled)
+        assert rep.frame_bytes == 0 and not rep.has("local memory")
     width = vector_width(n, BITS[dtype]) * BITS[dtype]
-    assert width in rep.widths("global loads") and width in rep.widths("global stores")
+    if width == 128:
+        assert rep.counts["async copies"] and rep.counts["async copy groups"]["cp.async.commit_group"] == 3
+    else:  # (cp.async moves 4, 8 or 16 bytes: narrower rows are loaded and stored)
+        assert width in rep.widths("global loads")
+    assert width in rep.widths("global stores")
     assert 32 in rep.widths("global stores")  # the partials, one fp32 a column
-    if cfg.warps_per_row > 1:
-        assert rep.counts["block barriers"]["bar.sync"] >= 2  # the exchange's and the next row's
+    if cfg.cluster_n > 1:
+        assert rep.has("remote shared stores") and rep.counts["mbarrier ops"]["mbarrier.try_wait.parity.shared.b64"] == 2
+    elif cfg.warps_per_row > 1:
+        assert rep.counts["block barriers"]["bar.sync"] >= 2  # each buffer's exchange
     assert re.search(r"bra(\.uni)?\s+\$L__BB0_\d+;", rep.ptx)
-    with pytest.raises(ValueError, match="largest row"):
-        inspect_op(op, dtype, 16384)
 
 
 # Row lengths of every kind of window: a kept row in registers (one block, then a cluster),

@@ -68,10 +68,11 @@ class RowOp:
     out:        (M, N) outputs, in the input dtype
     row_out:    (M,) fp32 outputs (rstd, mean, loss); each may be absent
     extra:      other 1-D tensors the op's hooks use (``fake_extra`` makes their fakes)
-    col_out:    (P, N) fp32 outputs summed over rows (a weight's gradient): each block walks
-                row after row (a *persistent* kernel, one block a row at a time, P blocks, the
-                ``blocks`` scalar), adds each row's ``col_values`` into registers and writes
-                its sum as row P of each; the caller adds the P rows up
+    col_out:    (P, N) fp32 outputs summed over rows (a weight's gradient): each block (or
+                cluster) walks row after row (a *persistent* kernel, one row at a time, P of
+                them, the ``blocks`` scalar; ``walk_rows`` with the row in registers,
+                ``walk_staged`` with it staged), adds each row's ``col_values`` into registers
+                and writes its sum as row P of each; the caller adds the P rows up
     scalars:    run-time scalars, name -> DSL type
     reductions: the Combines reduced a row, in order, one exchange each
     """

@@ -9,13 +9,14 @@ import torch
 
 from kernels import config as C
 from kernels.config import MAX_N, MAX_SMEM_BYTES, TIERS, Row, RowConfig, row_config, vector_width
+from kernels.norm_backward import LONGEST
 from kernels.reduction import reduce_config
 
 NS = [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 32768, 65536, 131071, 131072, 262144]
 KEPT_OPS = ["rmsnorm", "softmax", "layernorm", "row_reduce_kept", "softmax_bwd", "rmsnorm_bwd", "layernorm_bwd"]
 #: Tables that end before MAX_N (the kernels raise past their last row).
-# the norm backward's tables end at its longest row (norm_backward.LONGEST), by element width
-SHORT = {(op, bits): n for op in ("rmsnorm_bwd", "layernorm_bwd") for bits, n in ((16, 262144), (32, 131072))}
+# the norm backward's tables end at its longest row, by element width
+SHORT = {(op, bits): n for op in ("rmsnorm_bwd", "layernorm_bwd") for bits, n in LONGEST.items()}
 STREAMED_OPS = ["cross_entropy", "row_reduce", "cross_entropy_bwd"]
 
 

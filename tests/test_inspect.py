@@ -301,7 +301,7 @@ def test_norm_backward_kernels_walk_rows_without_spills(op, n, dtype):
     first row, and one for each buffer in the loop); x, dy and the weight read with the widest
     access N allows, one fp32 partial per column written once, nothing spilled."""
     from kernels.norm_backward import LONGEST
-    if n > LONGEST[BITS[dtype] if BITS[dtype] == 32 else 16]:
+    if n > LONGEST[BITS[dtype]]:
         with pytest.raises(ValueError, match="largest row"):
             inspect_op(op, dtype, n)
         return

@@ -37,12 +37,19 @@ case $stage in
     timeout "${SUITE_TIMEOUT:-560}" python3 -m benchmarks.run "$@" 2>&1 | tee "$log/suites.log" \
       | grep -E "ceilings|wrote|Error" ;
     cp book/data/*.csv book/data/*.json "$log/" ;;
-  sanitize)  # compute-sanitizer over every kernel (benchmarks/sanitize.py), one log a tool
+  sanitize)  # compute-sanitizer over every kernel (benchmarks/sanitize.py): each tool over each (N, dtype)
+    # slice in its own process, all side by side (the host-side instrumentation is the slow part), one log each
     for tool in memcheck racecheck synccheck; do
-      timeout "${SANITIZE_TIMEOUT:-170}" compute-sanitizer --tool $tool --report-api-errors no \
-        python3 -m benchmarks.sanitize > "$log/sanitize_$tool.log" 2>&1
-      echo "$tool: exit $? $(grep -c 'ERROR SUMMARY' "$log/sanitize_$tool.log") summaries: $(grep 'ERROR SUMMARY' "$log/sanitize_$tool.log" | tail -1)"
-    done ;;
+      for n in 1 3001 50257 131071 262144; do for dt in bf16 fp32; do
+        timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool $tool --report-api-errors no \
+          python3 -m benchmarks.sanitize --n $n --dtype $dt > "$log/sanitize_${tool}_${n}_$dt.log" 2>&1 &
+      done; done
+    done
+    wait
+    for f in "$log"/sanitize_*.log; do
+      echo "$(basename "$f" .log): $(grep -c '^ran every' "$f") ran, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1)"
+    done
+    cat "$log"/sanitize_*.log > "$log/sanitize.log" ;;
   mamba2)
     timeout "${MAMBA2_TIMEOUT:-560}" python3 -m benchmarks.mamba2 "$@" 2>&1 | tee "$log/mamba2.log" \
       | grep -E -i "ceiling|cuda.tile|error|^  |wrote" | cut -c1-300 ;

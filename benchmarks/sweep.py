@@ -8,7 +8,8 @@ every candidate: for kept rows (RMSNorm, LayerNorm, softmax) the shapes that giv
 16-64 elements, in registers and, where a staged tile leaves room for two blocks an SM, in
 shared memory; for streamed rows (cross-entropy, the row sum) 128-512 threads a row, clusters of
 1-8 and 2-8 accesses a pass, each with its next pass loaded ahead or not, and (cross-entropy)
-both target orders. Each op is timed through its public function, against the same run's copy
+both target orders (cross-entropy's backward, which maps its row and reduces nothing: 64-512
+threads a row, clusters only to split long rows over more blocks). Each op is timed through its public function, against the same run's copy
 ceiling (read ceiling for the streamed ops). Rows go to <out>/<name>.csv with the suites' schema
 and the candidate in ``variant``.
 """
@@ -27,7 +28,7 @@ from .bytes import bytes_moved
 from .run import rows_for
 
 KEPT = ("rmsnorm", "layernorm", "softmax")
-STREAMED = ("cross_entropy", "row_reduce")
+STREAMED = ("cross_entropy", "row_reduce", "cross_entropy_bwd")
 NS = [1024, 4096, 8192, 16384, 32768, 65536, 131072, 262144]
 
 
@@ -78,6 +79,26 @@ def streamed_candidates(n: int, bits: int, op: str):
     return out
 
 
+def backward_candidates(n: int, bits: int):
+    """Cross-entropy's backward: 16-512 threads a row in blocks of 128-512, 2-8 accesses a pass
+    (a map loads each pass and writes it: ``ahead`` does not apply), and a cluster of 2-8 blocks where a row still takes
+    several passes (it splits the row's columns; nothing is exchanged), in blocks of one row."""
+    vec = 128 // bits
+    head, nvec = window(n, bits)
+    out = []
+    for tpr in (16, 32, 64, 128, 256, 512):
+        for tpb in sorted({max(tpr, 128), max(tpr, 256)}):
+            for vecs in (2, 4, 8):
+                for cluster in (1, 2, 4, 8):
+                    if tpr * cluster * vecs > nvec or (cluster > 1 and (tpr < 128 or tpb != tpr)):
+                        continue
+                    passes = math.ceil(nvec / (tpr * cluster * vecs))
+                    if cluster > 1 and passes < 4:
+                        continue
+                    out.append(RowConfig(tpr, tpb, cluster, vec, vecs, passes, "stream", head=head))
+    return out
+
+
 def neighbour_candidates(op: str, n: int, bits: int):
     """Between the table's rows: what ``kernels.config``'s rule for any N chooses from
     (:func:`kernels.config.neighbours`), and the row N falls in stretched over it."""
@@ -88,6 +109,7 @@ def neighbour_candidates(op: str, n: int, bits: int):
 
 def call(op, x, w, b, t, out, cfg):
     from kernels import cross_entropy, layernorm, reduce_rows
+    from kernels.cross_entropy import cross_entropy_backward_out
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out
     return {
@@ -96,6 +118,9 @@ def call(op, x, w, b, t, out, cfg):
         "softmax": lambda: softmax_out(x, out, config=cfg),
         "cross_entropy": lambda: cross_entropy(x, t, reduction="none", config=cfg),
         "row_reduce": lambda: reduce_rows(x, config=cfg),
+        # the gradient of a mean (one dloss for all rows), lse from the logits' own rows
+        "cross_entropy_bwd": lambda: cross_entropy_backward_out(w[:1].float(), x, t, b[:x.shape[0]].float(), out,
+                                                                config=cfg),
     }[op]
 
 
@@ -108,24 +133,27 @@ def sweep(ops, dtypes, ns, name, out_dir, family="all"):
         for n in ns:
             m = rows_for(n)
             x = torch.randn(m, n, device="cuda", dtype=dt)
-            w, b = torch.randn(n, device="cuda", dtype=dt), torch.randn(n, device="cuda", dtype=dt)
+            w, b = torch.randn(n, device="cuda", dtype=dt), torch.randn(max(n, m), device="cuda", dtype=dt)
             t = torch.randint(0, n, (m,), device="cuda")
             out = torch.empty_like(x)
             for op in ops:
                 streamed = op in STREAMED
-                ceiling = ceil["read" if streamed else "copy"]
+                ceiling = ceil["read" if op in ("cross_entropy", "row_reduce") else "copy"]
                 picked = row_config(op, n, bits, head=window(n, bits)[0])
                 if family == "neighbours":
                     cands = neighbour_candidates(op, n, bits)
                 else:
-                    cands = streamed_candidates(n, bits, op) if streamed else kept_candidates(n, bits)
+                    cands = (backward_candidates(n, bits) if op == "cross_entropy_bwd" else
+                             streamed_candidates(n, bits, op) if streamed else kept_candidates(n, bits))
                 for cfg in dict.fromkeys([picked] + cands):
                     try:
                         ms = H.time_ms(call(op, x, w, b, t, out, cfg), warmup=3, rep=10)
                     except Exception as e:  # a candidate the template rejects
                         print("skip", op, n, cfg, type(e).__name__, str(e)[:120], flush=True)
                         continue
-                    nbytes = bytes_moved("reduce" if op == "row_reduce" else op, m, n, bits // 8)
+                    # (the backward: the logits read, their gradient written; targets, lse and dloss a row)
+                    nbytes = (2 * m * n * bits // 8 + m * 16 if op == "cross_entropy_bwd" else
+                              bytes_moved("reduce" if op == "row_reduce" else op, m, n, bits // 8))
                     r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n, nbytes, ms, ceiling,
                               variant=repr(cfg), picked=cfg == picked)
                     rows.append(r)

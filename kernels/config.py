@@ -174,9 +174,10 @@ TABLES["layernorm"] = TABLES["rmsnorm"]
 TABLES["softmax_bwd"] = TABLES["rmsnorm"]
 # RMSNorm's and LayerNorm's backward sum the weight's gradient over the rows: one block a row
 # at a time (a persistent kernel), 16 elements a thread, the row staged in shared memory two rows
-# at a time; from 16k elements a cluster splits the row, 8,192 (16-bit) or 4,096 (32-bit)
-# elements a block. RMSNorm's shortest rows keep theirs in registers, where that measured ahead
-# (TUNING.md#norm-backward).
+# at a time; from 16k elements a cluster splits the row, 8,192 (RMSNorm 16-bit) or 4,096
+# elements a block. RMSNorm's shortest rows keep theirs in registers, where that measured ahead;
+# RMSNorm's 16-bit rows of 64k-128k and LayerNorm's of 128k-256k take the shapes their sweep
+# measured best (TUNING.md#norm-backward).
 def _norm_bwd(per_block: int, in_registers: int = 0) -> tuple:
     rows = [Row(n, n // 16, n // 16, 1, "reg" if n <= in_registers else "smem") for n in (1024, 2048, 4096, 8192)
             if n <= max(per_block, in_registers)]
@@ -185,13 +186,22 @@ def _norm_bwd(per_block: int, in_registers: int = 0) -> tuple:
     return tuple(rows)
 
 
-TABLES["rmsnorm_bwd"] = {16: _norm_bwd(8192, in_registers=1024), 32: _norm_bwd(4096, in_registers=8192)[:-1]}
-TABLES["layernorm_bwd"] = {16: _norm_bwd(8192), 32: _norm_bwd(4096)[:-1]}
-# Cross-entropy's backward maps its row (nothing to reduce): one block a row, its row in passes of
-# four 128-bit accesses a thread (not swept yet).
+TABLES["rmsnorm_bwd"] = {
+    16: _with(_norm_bwd(8192, in_registers=1024), Row(65536, 256, 256, 8, "smem"), Row(131072, 256, 256, 16, "smem")),
+    32: _norm_bwd(4096, in_registers=8192)[:-1]}
+TABLES["layernorm_bwd"] = {
+    16: _with(_norm_bwd(4096), Row(131072, 512, 512, 8, "smem"), Row(262144, 512, 512, 16, "smem")),
+    32: _norm_bwd(4096)[:-1]}
+# Cross-entropy's backward maps its row (nothing to reduce): one block a row up to 4k, 512
+# threads a row from 8k, from 64k (16-bit) or 128k (32-bit) a cluster splitting the row over
+# more blocks (TUNING.md#cross-entropy-backward).
 TABLES["cross_entropy_bwd"] = {
-    bits: (Row(1024, 64, 128, 1, "stream", 4), Row(8192, 128, 128, 1, "stream", 4),
-           Row(MAX_N, 256, 256, 1, "stream", 4)) for bits in (16, 32)}
+    16: (Row(1024, 64, 128, 1, "stream", 2), Row(4096, 128, 256, 1, "stream", 2), Row(32768, 512, 512, 1, "stream", 2),
+         Row(65536, 128, 128, 4, "stream", 2), Row(131072, 512, 512, 2, "stream", 4),
+         Row(MAX_N, 512, 512, 4, "stream", 4)),
+    32: (Row(1024, 128, 128, 1, "stream", 2), Row(4096, 512, 512, 1, "stream", 2), Row(65536, 512, 512, 1, "stream", 8),
+         Row(131072, 512, 512, 2, "stream", 8), Row(MAX_N, 512, 512, 4, "stream", 8)),
+}
 OPS = tuple(TABLES)
 
 # Between the table's rows. The row N falls in, stretched over N, can leave much of its last

@@ -68,7 +68,7 @@ class CrossEntropy(SplitTarget, RowOp):
 
     table = "cross_entropy"
     row_in = ("target",)
-    row_out = ("loss", "lse")
+    row_out = ("loss", "lse", "valid")  # valid: 1.0 where the row counts in a mean, else 0.0
     extra = ("work", "counter")
     scalars = {"ignore_index": Int32, "flag": Int64, "smoothing": Float32, "z": Float32}
     reductions = (LOGSUMEXP2,)
@@ -168,7 +168,7 @@ class CrossEntropy(SplitTarget, RowOp):
         if const_expr(self.reduction != "none"):
             b.sums[b.tidx // self.cfg.threads_per_row] = loss
             b.counts[b.tidx // self.cfg.threads_per_row] = counted
-        return {"loss": loss, "lse": self.lse(result)}
+        return {"loss": loss, "lse": self.lse(result), "valid": Float32(counted)}
 
     @cute.jit
     def finish(self, io, b):
@@ -374,13 +374,14 @@ def mean_args(logits, target, ignore_index, work, counter, flag_address):
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
                   reduction: str = "mean", *, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
-                  return_lse: bool = False, config=None):
+                  return_lse: bool = False, config=None, return_count: bool = False):
     """Cross-entropy of logits (M, N) against integer targets (M,), as torch's
     ``F.cross_entropy`` (fp32 accumulation; a fp32 loss per row for "none", else a scalar), with
     torch's ``label_smoothing`` and PaLM's z-loss (``lse_square_scale`` times lse^2 a row).
     With ``return_lse``, also each row's logsumexp (fp32, M). No host sync: a target outside
     [0, N) that is not ignore_index makes its row's loss NaN and is reported by a later call or
-    by ``kernels.check_errors()`` (:mod:`kernels.errors`)."""
+    by ``kernels.check_errors()`` (:mod:`kernels.errors`). With ``return_count`` (for the
+    backward of a mean), (loss, lse or None, the count of rows not ignored: fp32, (1,))."""
     rows = validate.rows(logits, "logits", cuda=False)
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
@@ -396,9 +397,13 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     validate.no_autograd("kernels.cross_entropy.cross_entropy", logits)
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
     device = logits.device
-    # many rows: the per-row losses, added up by PyTorch after (TUNING.md#cross-entropy-mean)
+    # many rows: the per-row losses, added up by PyTorch after (TUNING.md#cross-entropy-mean); for
+    # a mean, each row's 1.0 or 0.0 (counted or ignored) beside them, both added up by one sum
+    # (fp32 counts are exact up to 2^24 rows; past that the targets are counted as integers)
     in_launch = reduction if m <= IN_LAUNCH_MAX_ROWS else "none"
-    loss = torch.empty(m, dtype=torch.float32, device=device) if in_launch == "none" else None
+    counted = reduction == "mean" and in_launch == "none" and m <= 2**24
+    per_row = torch.empty(2 if counted else 1, m, dtype=torch.float32, device=device) if in_launch == "none" else None
+    loss = None if per_row is None else per_row[0]
     lse = torch.empty(m, dtype=torch.float32, device=device) if return_lse else None
     work = counter = None
     if in_launch != "none":
@@ -406,17 +411,28 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         counter = _counter(device)
     if m:
         CrossEntropy.launch(rows, config, (in_launch, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
-                            row_in=(target,), row_out=(loss, lse), extra=(work, counter),
+                            row_in=(target,), row_out=(loss, lse, per_row[1] if counted else None),
+                            extra=(work, counter),
                             scalars=(ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET),
                                      float(label_smoothing), float(lse_square_scale)),
                             remember=(logits.dtype, logits.shape[1], target.dtype) if config is None and not return_lse
                             and in_launch == "mean" and not label_smoothing and not lse_square_scale else None)
     elif work is not None:
         work[0] = 0.0 if reduction == "sum" else math.nan
+    count = None
     if in_launch != reduction:
-        out = loss.sum() if reduction == "sum" else loss.sum() / (target != ignore_index).sum()
+        if reduction == "sum":
+            out = loss.sum()
+        else:
+            sums = per_row.sum(1) if counted and m else None
+            count = sums[1:] if sums is not None else (target != ignore_index).sum(dtype=torch.float32).reshape(1)
+            out = (sums[0] if sums is not None else loss.sum()) / count[0]
     else:
         out = loss if reduction == "none" else work[0]
+    if return_count:
+        if count is None:  # (a mean finished in the launch, or no mean: counted here, only when asked)
+            count = (target != ignore_index).sum(dtype=torch.float32).reshape(1)
+        return out, lse, count
     return (out, lse) if return_lse else out
 
 
@@ -433,13 +449,17 @@ def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, ignore_i
     return loss.sum() if reduction == "sum" else loss.sum() / keep.sum()
 
 
-def row_gradients(dloss: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor:
+def row_gradients(dloss: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str,
+                  count: torch.Tensor | None = None) -> torch.Tensor:
     """Each row's share of the loss's gradient, as ``cross_entropy_backward_out`` takes it: one a
-    row for "none"; one for all rows for "sum"; for "mean" that one over the rows not ignored."""
+    row for "none"; one for all rows for "sum"; for "mean" that one over the rows not ignored
+    (``count``, the forward's, where given)."""
     if reduction == "none":
         return dloss.reshape(-1)
     g = dloss.reshape(1)
-    return g / (target != ignore_index).sum() if reduction == "mean" else g
+    if reduction != "mean":
+        return g
+    return g / (count if count is not None else (target != ignore_index).sum())
 
 
 def cross_entropy_backward_reference(dloss, logits, target, ignore_index: int = -100, reduction: str = "mean",

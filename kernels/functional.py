@@ -359,10 +359,10 @@ def softmax(x: Tensor, dim: int = -1, *, config=None) -> Tensor:
 
 # ---- cross-entropy --------------------------------------------------------------------------
 def _cross_entropy_fwd(logits: Tensor, target: Tensor, ignore_index: int, reduction: str, label_smoothing: float,
-                       lse_square_scale: float, inplace_backward: bool) -> tuple[Tensor, Tensor]:
-    loss, lse = _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
-                                  lse_square_scale=lse_square_scale, return_lse=True)
-    return loss, lse
+                       lse_square_scale: float, inplace_backward: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(loss, lse, the count of rows not ignored that a mean's backward divides by)."""
+    return _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
+                             lse_square_scale=lse_square_scale, return_lse=True, return_count=True)
 
 
 _cross_entropy_op = torch.library.custom_op(f"{LIB}::cross_entropy", mutates_args=(),
@@ -375,7 +375,7 @@ def _(logits, target, ignore_index, reduction, label_smoothing, lse_square_scale
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
     m = logits.shape[0]
     loss = logits.new_empty((m,) if reduction == "none" else (), dtype=torch.float32)
-    return loss, logits.new_empty((m,), dtype=torch.float32)
+    return loss, logits.new_empty((m,), dtype=torch.float32), logits.new_empty((1,), dtype=torch.float32)
 
 
 def _cross_entropy_backward_body(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
@@ -411,12 +411,12 @@ def _(g, logits, target, lse, ignore_index, label_smoothing, lse_square_scale):
 def _cross_entropy_setup(ctx, inputs, output):
     logits, target, ignore_index, reduction, smoothing, z, inplace = inputs
     ctx.ignore_index, ctx.reduction, ctx.inplace, ctx.smoothing, ctx.z = ignore_index, reduction, inplace, smoothing, z
-    ctx.save_for_backward(logits, target, output[1])
+    ctx.save_for_backward(logits, target, output[1], output[2])
 
 
-def _cross_entropy_bwd(ctx, dloss, _dlse):
-    logits, target, lse = ctx.saved_tensors
-    g = _ce.row_gradients(dloss.float().contiguous(), target, ctx.ignore_index, ctx.reduction)
+def _cross_entropy_bwd(ctx, dloss, _dlse, _dcount):
+    logits, target, lse, count = ctx.saved_tensors
+    g = _ce.row_gradients(dloss.float().contiguous(), target, ctx.ignore_index, ctx.reduction, count)
     args = (g, logits, target, lse, ctx.ignore_index, ctx.smoothing, ctx.z)
     eager = _eager(g, logits, target, lse)
     if ctx.inplace:
@@ -426,7 +426,7 @@ def _cross_entropy_bwd(ctx, dloss, _dlse):
 
 
 _cross_entropy_op.register_autograd(_cross_entropy_bwd, setup_context=_cross_entropy_setup)
-_CROSS_ENTROPY = (_cross_entropy_fwd, _cross_entropy_setup, _cross_entropy_bwd, 1)
+_CROSS_ENTROPY = (_cross_entropy_fwd, _cross_entropy_setup, _cross_entropy_bwd, 2)
 
 
 def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean", *,
@@ -449,7 +449,7 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
         _eager_only(config, "cross_entropy")
         args = (logits, target, ignore_index, reduction, float(label_smoothing), float(lse_square_scale),
                 inplace_backward)
-        loss, lse = _Eager.apply(*args, _CROSS_ENTROPY) if _eager(logits, target) else _cross_entropy_op(*args)
+        loss, lse, _ = _Eager.apply(*args, _CROSS_ENTROPY) if _eager(logits, target) else _cross_entropy_op(*args)
         return (loss, lse.detach()) if return_lse else loss  # (lse: not differentiable, as the stats above)
     return _ce.cross_entropy(logits, target, ignore_index, reduction, label_smoothing=label_smoothing,
                              lse_square_scale=lse_square_scale, return_lse=return_lse, config=config)

@@ -377,6 +377,10 @@ class RowOp:
         cute.arch.cp_async_wait_group(0)
         b.at(block)
         self.write_partials(args, b, acc, block)
+        if const_expr(self.cfg.cluster_n > 1):
+            # no block leaves while a peer may still reach into its shared memory
+            cute.arch.cluster_arrive_relaxed()
+            cute.arch.cluster_wait()
 
     @cute.jit
     def walk_pair(self, acc, row, block, blocks, m):
@@ -449,7 +453,7 @@ class Block:
                 cute.make_ordered_layout((cfg.rows_per_block, cfg.warps_per_row * cfg.cluster_n, slot_width(c)),
                                          order=(2, 1, 0)),
                 byte_alignment=16) for _ in range(stages // max(1, len(op.reductions))) for c in op.reductions] or [None]
-        if const_expr(cfg.cluster_n > 1):
+        if const_expr(cfg.cluster_n > 1 and len(op.reductions) > 0):  # (a map's cluster only splits its row)
             self.mbar = self.smem.allocate_array(Int64, num_elems=stages)
             cluster_reduce_setup(self.mbar, stages)
         self.thr = tiled_copy.get_slice(self.tidx)

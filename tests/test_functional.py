@@ -235,6 +235,25 @@ def test_cross_entropy_gradient_against_float64(n, dtype, reduction):
     assert_grad_close(x.grad, x64.grad, dtype, f"dlogits N={n}")
 
 
+@requires_gpu
+@pytest.mark.parametrize("dtype", DT)
+@pytest.mark.parametrize("m,n", [(4099, 1000), (5000, 7), (2**24 + 3, 2)])
+def test_cross_entropy_mean_over_many_rows_against_float64(m, n, dtype):
+    """Past the rows whose mean the kernel finishes itself: the per-row losses and counts added up
+    after (fp32 counts up to 2^24 rows, integer counts past that), and the count the backward
+    divides by saved by the forward."""
+    x = (torch.randn(m, n, device="cuda") * 3).to(dtype).requires_grad_()
+    t = torch.randint(0, n, (m,), device="cuda")
+    t[::5] = -100
+    loss = kernels.cross_entropy(x, t)
+    loss.backward(torch.tensor(0.5, device="cuda"))
+    x64 = x.detach().double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(x64, t)
+    (ref * 0.5).backward()
+    torch.testing.assert_close(loss.double(), ref.detach(), rtol=1e-5, atol=1e-5)
+    assert_grad_close(x.grad, x64.grad, dtype, f"dlogits M={m} N={n}")
+
+
 class _Small(torch.nn.Module):
     def __init__(self, n, v):
         super().__init__()
@@ -398,9 +417,9 @@ def test_backward_passes_hand_their_kernels_contiguous_gradients(monkeypatch):
                           needs_input_grad=(True, False, False))
     KF._layernorm_bwd(ctx, ones, None, None)
     KF._softmax_bwd(SimpleNamespace(saved_tensors=(x,)), ones)
-    ctx = SimpleNamespace(saved_tensors=(x, torch.zeros(m, dtype=torch.long), torch.ones(m)), ignore_index=-100,
-                          reduction="none", inplace=False, smoothing=0.0, z=0.0)
-    KF._cross_entropy_bwd(ctx, torch.ones(()).expand(m), None)
+    ctx = SimpleNamespace(saved_tensors=(x, torch.zeros(m, dtype=torch.long), torch.ones(m), torch.ones(1)),
+                          ignore_index=-100, reduction="none", inplace=False, smoothing=0.0, z=0.0)
+    KF._cross_entropy_bwd(ctx, torch.ones(()).expand(m), None, None)
     assert set(seen) == {"rmsnorm", "layernorm", "softmax", "cross_entropy"}
     for op, t in seen.items():
         assert t.is_contiguous(), f"{op}'s backward hands its kernel a gradient of strides {t.stride()}"
@@ -467,8 +486,9 @@ def test_eager_autograd_runs_each_ops_functions_without_its_custom_ops(monkeypat
     def softmax_backward_out(dy, y, out):
         return out.copy_(y * (dy - (dy * y).sum(-1, keepdim=True)))
 
-    def cross_entropy_fwd(x, t, ignore_index, reduction, label_smoothing, lse_square_scale, return_lse):
-        return ce.cross_entropy_reference(x, t, ignore_index, reduction), torch.logsumexp(x, -1)
+    def cross_entropy_fwd(x, t, ignore_index, reduction, label_smoothing, lse_square_scale, return_lse, return_count):
+        count = (t != ignore_index).sum(dtype=x.dtype).reshape(1)
+        return ce.cross_entropy_reference(x, t, ignore_index, reduction), torch.logsumexp(x, -1), count
 
     def cross_entropy_backward_out(g, x, t, lse, out, ignore_index, label_smoothing, lse_square_scale):
         keep = t != ignore_index

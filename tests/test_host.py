@@ -299,7 +299,7 @@ def test_the_fast_path_passes_what_the_kernel_takes(op):
         recorded.append(args)
         raise ValueError("recorded")
     if op == "cross_entropy":
-        compiled = CE.CrossEntropy.compile(dt, n, 8, (False, False, True, True), (torch.int64,), None,
+        compiled = CE.CrossEntropy.compile(dt, n, 8, (False, False, False, True, True), (torch.int64,), None,
                                            ("mean", False, False))
         t = torch.zeros(4, dtype=torch.int64)
         work, counter = torch.empty(1 + 8 + 2 * (4 // CE.GROUP + 1)), torch.zeros(18, dtype=torch.int32)

@@ -66,8 +66,9 @@ def test_table_configs_compile_without_spills(op, dtype, n):
     assert rep.config.head == (width == 128 and n % (128 // bits) != 0)
     assert width in rep.widths("async copies" if staged and width >= 32 else "global loads")
     cfg = rep.config
-    if op == "cross_entropy_backward":  # a map: nothing to exchange
+    if op == "cross_entropy_backward":  # a map: nothing to exchange (a cluster only splits its row)
         assert not rep.has("warp shuffles") and not rep.has("block barriers")
+        assert not rep.has("mbarrier ops") and not rep.has("cluster barriers") and not rep.has("remote shared stores")
         return
     if cfg.threads_per_row > 1:
         assert rep.has("warp shuffles") and all("bfly" in k or "idx" in k for k in rep.counts["warp shuffles"])
@@ -308,11 +309,17 @@ def test_norm_backward_kernels_walk_rows_without_spills(op, n, dtype):
     rep = inspect_op(op, dtype, n)
     cfg = rep.config
     assert cfg.rows_per_block == 1 and cfg.stage in ("reg", "smem")
-    assert (cfg.cluster_n > 1) == (n > 8192 * 16 // BITS[dtype] and cfg.stage == "smem")
+    assert cfg.cluster_n == 1 or cfg.stage == "smem"  # (a row split over a cluster is staged)
+    if op == "rmsnorm_backward":  # one block a row up to 8,192 16-bit or 4,096 32-bit elements
+        assert (cfg.cluster_n > 1) == (n > 8192 * 16 // BITS[dtype] and cfg.stage == "smem")
+    else:  # 4,096 elements a block
+        assert (cfg.cluster_n > 1) == (n > 4096)
     if cfg.stage == "reg":  # (RMSNorm's shortest rows: no cp.async, one barrier a row for the slots)
         assert not rep.has("async copies") and op == "rmsnorm_backward" and cfg.cluster_n == 1
         return
-    if not (op == "layernorm_backward" and n == 262144):  # (two sums of 32 columns a thread: 48 bytes spilled)
+    # (LayerNorm's 16-bit rows from 131,072: two sums of 32 columns a thread spill 48-88 bytes, and
+    # measured ahead of the shapes that do not; TUNING.md#norm-backward)
+    if not (op == "layernorm_backward" and n >= 131072 and BITS[dtype] == 16):
         assert rep.frame_bytes == 0 and not rep.has("local memory")
     width = vector_width(n, BITS[dtype]) * BITS[dtype]
     if width == 128:

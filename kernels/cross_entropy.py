@@ -403,7 +403,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     in_launch = reduction if m <= IN_LAUNCH_MAX_ROWS else "none"
     counted = reduction == "mean" and in_launch == "none" and m <= 2**24
     per_row = torch.empty(2 if counted else 1, m, dtype=torch.float32, device=device) if in_launch == "none" else None
-    loss = None if per_row is None else per_row[0]
+    # (the counts first: the count the backward takes is then sums[:1], aligned as a custom op's output must be)
+    loss = None if per_row is None else per_row[1 if counted else 0]
     lse = torch.empty(m, dtype=torch.float32, device=device) if return_lse else None
     work = counter = None
     if in_launch != "none":
@@ -411,7 +412,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
         counter = _counter(device)
     if m:
         CrossEntropy.launch(rows, config, (in_launch, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
-                            row_in=(target,), row_out=(loss, lse, per_row[1] if counted else None),
+                            row_in=(target,), row_out=(loss, lse, per_row[0] if counted else None),
                             extra=(work, counter),
                             scalars=(ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET),
                                      float(label_smoothing), float(lse_square_scale)),
@@ -425,8 +426,8 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
             out = loss.sum()
         else:
             sums = per_row.sum(1) if counted and m else None
-            count = sums[1:] if sums is not None else (target != ignore_index).sum(dtype=torch.float32).reshape(1)
-            out = (sums[0] if sums is not None else loss.sum()) / count[0]
+            count = sums[:1] if sums is not None else (target != ignore_index).sum(dtype=torch.float32).reshape(1)
+            out = (sums[1] if sums is not None else loss.sum()) / count[0]
     else:
         out = loss if reduction == "none" else work[0]
     if return_count:

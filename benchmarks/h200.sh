@@ -40,7 +40,7 @@ case $stage in
   sanitize)  # compute-sanitizer over every kernel (benchmarks/sanitize.py): each tool over each (N, dtype)
     # slice in its own process, all side by side (the host-side instrumentation is the slow part), one log each
     for tool in memcheck racecheck synccheck; do
-      for n in 1 3001 50257 131071 262144; do for dt in bf16 fp32; do
+      for n in $(python3 -c "from benchmarks.sanitize import NS; print(*NS)"); do for dt in bf16 fp32; do
         timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool $tool --report-api-errors no \
           python3 -m benchmarks.sanitize --n $n --dtype $dt > "$log/sanitize_${tool}_${n}_$dt.log" 2>&1 &
       done; done

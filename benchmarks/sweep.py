@@ -8,9 +8,9 @@ every candidate: for kept rows (RMSNorm, LayerNorm, softmax) the shapes that giv
 16-64 elements, in registers and, where a staged tile leaves room for two blocks an SM, in
 shared memory; for streamed rows (cross-entropy, the row sum) 128-512 threads a row, clusters of
 1-8 and 2-8 accesses a pass, each with its next pass loaded ahead or not, and (cross-entropy)
-both target orders (cross-entropy's backward, which maps its row and reduces nothing: 64-512
-threads a row, clusters only to split long rows over more blocks). Each op is timed through its public function, against the same run's copy
-ceiling (read ceiling for the streamed ops). Rows go to <out>/<name>.csv with the suites' schema
+both target orders (cross-entropy's backward, which maps its row and reduces nothing: clusters
+only to split long rows over more blocks). Each op is timed through its public function, against
+the same run's copy ceiling (read ceiling for the forward's streamed ops). Rows go to <out>/<name>.csv with the suites' schema
 and the candidate in ``variant``.
 """
 from __future__ import annotations
@@ -62,8 +62,14 @@ def kept_candidates(n: int, bits: int):
 
 
 def streamed_candidates(n: int, bits: int, op: str):
+    """Streamed rows: 16-512 threads a row in blocks of 128 or 256 (or one row), 2-8 accesses a
+    pass, clusters of 1-8 (128 threads a row and more), the next pass loaded ahead or not, and
+    cross-entropy's two target orders. Cross-entropy's backward maps its row (a pass is loaded
+    and written: no ``ahead``), and its cluster only splits a row that still takes four passes
+    or more over more blocks, of one row each."""
     vec = 128 // bits
     head, nvec = window(n, bits)
+    maps = op == "cross_entropy_bwd"
     out = []
     for tpr in (16, 32, 64, 128, 256, 512):
         for cluster in (1, 2, 4, 8):
@@ -71,31 +77,15 @@ def streamed_candidates(n: int, bits: int, op: str):
                 if tpr * cluster * vecs > nvec or (tpr < 128 and cluster > 1):
                     continue
                 passes = math.ceil(nvec / (tpr * cluster * vecs))
+                if maps and cluster > 1 and passes < 4:
+                    continue
                 for tpb in sorted({max(tpr, 128), max(tpr, 256)}):
+                    if maps and cluster > 1 and tpb != tpr:
+                        continue
                     base = RowConfig(tpr, tpb, cluster, vec, vecs, passes, "stream", head=head)
-                    for ahead in ((False, True) if passes > 1 else (False,)):
+                    for ahead in ((False, True) if passes > 1 and not maps else (False,)):
                         for targets in (("late", "split") if op == "cross_entropy" else ("late",)):
                             out.append(replace(base, ahead=ahead, targets=targets))
-    return out
-
-
-def backward_candidates(n: int, bits: int):
-    """Cross-entropy's backward: 16-512 threads a row in blocks of 128-512, 2-8 accesses a pass
-    (a map loads each pass and writes it: ``ahead`` does not apply), and a cluster of 2-8 blocks where a row still takes
-    several passes (it splits the row's columns; nothing is exchanged), in blocks of one row."""
-    vec = 128 // bits
-    head, nvec = window(n, bits)
-    out = []
-    for tpr in (16, 32, 64, 128, 256, 512):
-        for tpb in sorted({max(tpr, 128), max(tpr, 256)}):
-            for vecs in (2, 4, 8):
-                for cluster in (1, 2, 4, 8):
-                    if tpr * cluster * vecs > nvec or (cluster > 1 and (tpr < 128 or tpb != tpr)):
-                        continue
-                    passes = math.ceil(nvec / (tpr * cluster * vecs))
-                    if cluster > 1 and passes < 4:
-                        continue
-                    out.append(RowConfig(tpr, tpb, cluster, vec, vecs, passes, "stream", head=head))
     return out
 
 
@@ -112,15 +102,16 @@ def call(op, x, w, b, t, out, cfg):
     from kernels.cross_entropy import cross_entropy_backward_out
     from kernels.rmsnorm import rmsnorm_out
     from kernels.softmax import softmax_out
+    # the backward's per-row inputs, made here and not in the timed call: the gradient of a mean
+    # (one dloss for all rows) and an lse a row
+    g, lse = (w[:1].float(), b[:x.shape[0]].float()) if op == "cross_entropy_bwd" else (None, None)
     return {
         "rmsnorm": lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg),
         "layernorm": lambda: layernorm(x, w, b, config=cfg),
         "softmax": lambda: softmax_out(x, out, config=cfg),
         "cross_entropy": lambda: cross_entropy(x, t, reduction="none", config=cfg),
         "row_reduce": lambda: reduce_rows(x, config=cfg),
-        # the gradient of a mean (one dloss for all rows), lse from the logits' own rows
-        "cross_entropy_bwd": lambda: cross_entropy_backward_out(w[:1].float(), x, t, b[:x.shape[0]].float(), out,
-                                                                config=cfg),
+        "cross_entropy_bwd": lambda: cross_entropy_backward_out(g, x, t, lse, out, config=cfg),
     }[op]
 
 
@@ -143,8 +134,7 @@ def sweep(ops, dtypes, ns, name, out_dir, family="all"):
                 if family == "neighbours":
                     cands = neighbour_candidates(op, n, bits)
                 else:
-                    cands = (backward_candidates(n, bits) if op == "cross_entropy_bwd" else
-                             streamed_candidates(n, bits, op) if streamed else kept_candidates(n, bits))
+                    cands = streamed_candidates(n, bits, op) if streamed else kept_candidates(n, bits)
                 for cfg in dict.fromkeys([picked] + cands):
                     try:
                         ms = H.time_ms(call(op, x, w, b, t, out, cfg), warmup=3, rep=10)

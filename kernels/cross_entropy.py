@@ -421,20 +421,24 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     elif work is not None:
         work[0] = 0.0 if reduction == "sum" else math.nan
     count = None
-    if in_launch != reduction:
-        if reduction == "sum":
-            out = loss.sum()
-        else:
-            sums = per_row.sum(1) if counted and m else None
-            count = sums[:1] if sums is not None else (target != ignore_index).sum(dtype=torch.float32).reshape(1)
-            out = (sums[1] if sums is not None else loss.sum()) / count[0]
-    else:
+    if in_launch == reduction:
         out = loss if reduction == "none" else work[0]
-    if return_count:
-        if count is None:  # (a mean finished in the launch, or no mean: counted here, only when asked)
-            count = (target != ignore_index).sum(dtype=torch.float32).reshape(1)
-        return out, lse, count
+    elif reduction == "sum":
+        out = loss.sum()
+    elif counted:
+        sums = per_row.sum(1)  # (the counts, the losses)
+        count, out = sums[:1], sums[1] / sums[0]
+    else:
+        count = counted_rows(target, ignore_index)
+        out = loss.sum() / count[0]
+    if return_count:  # (a mean finished in the launch, or no mean: counted here, only when asked)
+        return out, lse, counted_rows(target, ignore_index) if count is None else count
     return (out, lse) if return_lse else out
+
+
+def counted_rows(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """The rows a mean divides by, those whose target is not ``ignore_index``: fp32, (1,)."""
+    return (target != ignore_index).sum(dtype=torch.float32).reshape(1)
 
 
 def cross_entropy_reference(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
@@ -460,7 +464,7 @@ def row_gradients(dloss: torch.Tensor, target: torch.Tensor, ignore_index: int, 
     g = dloss.reshape(1)
     if reduction != "mean":
         return g
-    return g / (count if count is not None else (target != ignore_index).sum())
+    return g / (count if count is not None else counted_rows(target, ignore_index))
 
 
 def cross_entropy_backward_reference(dloss, logits, target, ignore_index: int = -100, reduction: str = "mean",

@@ -177,7 +177,7 @@ def _launch(op, dy, x, weight, stats, dx, config):
 
     def late(compiled):
         cfg = compiled.config
-        smem = cfg.smem_bytes(torch.finfo(x.dtype).bits, 2 * len(op.reductions), 2 * len(op.rows))
+        smem = cfg.smem_bytes(torch.finfo(x.dtype).bits, *op.footprint(cfg))
         blocks = persistent_blocks(x.device, compiled, smem)
         partials.extend(torch.empty(blocks, n, dtype=torch.float32, device=x.device) for _ in op.col_out)
         return tuple(partials), (blocks,)

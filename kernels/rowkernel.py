@@ -106,9 +106,22 @@ class RowOp:
         super().__init_subclass__(**kwargs)
         cls.fast = {}
 
+    @classmethod
+    def buffers(cls, cfg) -> int:
+        """Rows a block holds at once: two for a staged persistent walk (:class:`StagedWalk`: the
+        next row's copies in flight, each buffer its own exchange slots), else one."""
+        return 2 if cls.col_out and cfg.stage == "smem" else 1
+
+    @classmethod
+    def footprint(cls, cfg) -> tuple[int, int]:
+        """(exchange slot sets, staged row tiles) a block of ``cfg`` allocates in shared memory, as
+        :meth:`~kernels.config.RowConfig.smem_bytes` counts them."""
+        k = cls.buffers(cfg)
+        return k * max(1, len(cls.reductions)), k * len(cls.rows)
+
     def __init__(self, dtype, n: int, cfg, present: frozenset, in_dtypes: tuple = ()):
-        walks = 2 if self.col_out and cfg.stage == "smem" else 1  # (a staged walk: two buffers, two slot sets)
-        cfg.check(n, dtype.width, stages=walks * max(1, len(self.reductions)), tiles=walks * len(self.rows))
+        stages, tiles = self.footprint(cfg)
+        cfg.check(n, dtype.width, stages=stages, tiles=tiles)
         if self.out and self.reductions and cfg.stage == "stream":
             raise ValueError(f"{type(self).__name__} writes rows it reduces: its row must be kept (stage 'reg' "
                              "or 'smem')")
@@ -299,7 +312,7 @@ class RowOp:
     def kernel(self, args, tiled_copy: cute.TiledCopy, tiler_mn: cute.Shape):
         io = self.bind(args)
         b = Block(self, io, tiled_copy, tiler_mn)
-        if const_expr(len(self.col_out) > 0 and self.cfg.stage == "smem"):
+        if const_expr(self.buffers(self.cfg) > 1):
             self.walk_staged(args, b)
         elif const_expr(len(self.col_out) > 0):
             self.walk_rows(args, b)
@@ -442,9 +455,7 @@ class Block:
         self.tiler_mn = tiler_mn
         # Partials of the block / cluster tiers live in shared memory, a buffer per reduction.
         self.smem = cutlass.memory.SmemAllocator()
-        stages = max(1, len(op.reductions))
-        # (a staged persistent walk exchanges two rows' partials at once: two sets, one a buffer)
-        stages *= 2 if const_expr(len(op.col_out) > 0 and cfg.stage == "smem") else 1
+        stages = op.footprint(cfg)[0]  # (a staged persistent walk exchanges two rows' partials at once)
         self.bufs = [None] * stages
         self.mbar = None
         if const_expr(cfg.cluster_n > 1 or cfg.warps_per_row > 1):

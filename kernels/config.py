@@ -58,6 +58,7 @@ class Row:
     vecs:    streamed rows: 128-bit accesses a thread holds per pass (kept rows hold their whole share)
     ahead:   streamed rows: load pass p + 1 before folding pass p
     groups:  staged rows: cp.async commit groups the fold waits for in turn
+    buffers: staged rows of an op that sums over rows: rows a block holds at once (see RowConfig)
     targets: "late" or "split" (:data:`TARGET_ORDERS`)
     """
 
@@ -70,6 +71,7 @@ class Row:
     ahead: bool = False
     groups: int = 1
     targets: str = "late"
+    buffers: int = 2
 
 
 def _with(table: tuple, *rows: Row, **settings) -> tuple:
@@ -177,7 +179,8 @@ TABLES["softmax_bwd"] = TABLES["rmsnorm"]
 # at a time; from 16k elements a cluster splits the row, 8,192 (RMSNorm 16-bit) or 4,096
 # elements a block. RMSNorm's shortest rows keep theirs in registers, where that measured ahead;
 # RMSNorm's 16-bit rows of 64k-128k and LayerNorm's of 128k-256k take the shapes their sweep
-# measured best (TUNING.md#norm-backward).
+# measured best; a 32-bit row of 256k keeps two buffers of x and one of dy, refilled access by
+# access (two of each do not fit in shared memory even over 16 blocks; TUNING.md#norm-backward).
 def _norm_bwd(per_block: int, in_registers: int = 0) -> tuple:
     rows = [Row(n, n // 16, n // 16, 1, "reg" if n <= in_registers else "smem") for n in (1024, 2048, 4096, 8192)
             if n <= max(per_block, in_registers)]
@@ -188,10 +191,10 @@ def _norm_bwd(per_block: int, in_registers: int = 0) -> tuple:
 
 TABLES["rmsnorm_bwd"] = {
     16: _with(_norm_bwd(8192, in_registers=1024), Row(65536, 256, 256, 8, "smem"), Row(131072, 256, 256, 16, "smem")),
-    32: _norm_bwd(4096, in_registers=8192)[:-1]}
+    32: _with(_norm_bwd(4096, in_registers=8192), Row(262144, 512, 512, 16, "smem", buffers=1))}
 TABLES["layernorm_bwd"] = {
     16: _with(_norm_bwd(4096), Row(131072, 512, 512, 8, "smem"), Row(262144, 512, 512, 16, "smem")),
-    32: _norm_bwd(4096)[:-1]}
+    32: _with(_norm_bwd(4096), Row(262144, 256, 256, 16, "smem", buffers=1))}
 # Cross-entropy's backward maps its row (nothing to reduce): one block a row up to 4k, 512
 # threads a row from 8k, from 64k (16-bit) or 128k (32-bit) a cluster splitting the row over
 # more blocks (TUNING.md#cross-entropy-backward).
@@ -233,6 +236,10 @@ class RowConfig:
     stage:             "reg", "smem" or "stream": where the row waits (:data:`STAGES`)
     ahead:             "stream": load pass p + 1 before folding pass p (a second buffer)
     groups:            "smem": cp.async commit groups, the fold waiting for each in turn
+    buffers:           "smem", an op that sums over rows (a persistent walk): rows a block holds
+                       in shared memory at once; 2, the next row copied while this one is worked;
+                       1, each access refilled with the next row's once the epilogue has read it
+                       (rows two of which do not fit)
     targets:           "late" or "split": when per-row inputs are loaded (:data:`TARGET_ORDERS`)
     head:              rows may start anywhere in a 16-byte word and N need not be a multiple
                        of ``vec``: the accesses cover each row's *aligned window*, from its
@@ -251,6 +258,7 @@ class RowConfig:
     groups: int = 1
     targets: str = "late"
     head: bool = False
+    buffers: int = 2
 
     def __repr__(self) -> str:
         # Fields after vecs_per_thread are shown only where they are not their default.
@@ -337,6 +345,8 @@ class RowConfig:
                              "(stage='smem')")
         if self.targets not in TARGET_ORDERS:
             raise ValueError(f"targets must be one of {TARGET_ORDERS}, got {self.targets!r}")
+        if self.buffers not in (1, 2):
+            raise ValueError(f"buffers must be 1 or 2, got {self.buffers}")
         if self.stage == "reg" and self.elems_per_thread > MAX_KEPT_ELEMS:
             raise ValueError(f"{self} keeps {self.elems_per_thread} elements a thread in registers "
                              f"> {MAX_KEPT_ELEMS}")
@@ -467,7 +477,7 @@ def stretch(row: Row, n: int, elem_bits: int, head: bool = False, vecs: int | No
     if row.stage != "stream":
         per = -(-nvec // blocks)
         return RowConfig(row.threads_per_row, row.threads_per_block, row.cluster, vec, per, stage=row.stage,
-                         groups=math.gcd(row.groups, per), head=head)
+                         groups=math.gcd(row.groups, per), head=head, buffers=row.buffers)
     per = min(vecs or row.vecs, -(-nvec // blocks))
     passes = -(-nvec // (blocks * per))
     return RowConfig(row.threads_per_row, row.threads_per_block, row.cluster, vec, per, passes, "stream",

@@ -11,9 +11,8 @@ launches), and any other call goes straight to the kernel.
 
 The backward passes are kernels of the template too (``SoftmaxBackward``,
 ``CrossEntropyBackward``, and ``kernels.norm_backward`` for RMSNorm's and LayerNorm's, whose
-weight gradients are summed over the rows by a persistent kernel). RMSNorm's and LayerNorm's
-rows longer than ``norm_backward.longest(dtype)`` (32-bit rows past 131,072 elements) take
-PyTorch's own fused backward kernels.
+weight gradients are summed over the rows by a persistent kernel), for every row the forward
+takes.
 """
 from __future__ import annotations
 
@@ -135,15 +134,8 @@ def _(dy, x, weight, rstd):
 def rmsnorm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor):
     """(dx, dweight) of y = x * rstd * weight, with rstd = 1 / sqrt(mean(x^2) + eps) saved by the
     forward: dx = rstd (g - xhat mean(g xhat)) with g = dy * weight and xhat = x * rstd;
-    dweight = the sum over rows of dy * xhat. The kernel for rows of up to
-    ``norm_backward.longest(x.dtype)`` elements, PyTorch's fused backward kernel past that."""
-    n = x.shape[-1]
-    if n <= _nb.longest(x.dtype):
-        dx, dw = (_rmsnorm_backward_body if _eager(dy, x, weight) else _rmsnorm_backward_op)(dy, x, weight, rstd)
-        return dx, (dw if weight is not None else None)
-    # longer rows: PyTorch's own fused backward (it takes the forward's rstd as (..., 1))
-    dx, dw = torch.ops.aten._fused_rms_norm_backward(dy, x, [n], rstd.unsqueeze(-1), weight,
-                                                     [True, weight is not None])
+    dweight = the sum over rows of dy * xhat."""
+    dx, dw = (_rmsnorm_backward_body if _eager(dy, x, weight) else _rmsnorm_backward_op)(dy, x, weight, rstd)
     return dx, (dw if weight is not None else None)
 
 
@@ -231,18 +223,9 @@ def _(dy, x, weight, mean, rstd):
 def layernorm_backward(dy, x, weight, mean, rstd, has_bias: bool):
     """(dx, dweight, dbias) of y = (x - mean) * rstd * weight + bias: with xhat = (x - mean) rstd
     and g = dy * weight, dx = rstd (g - mean(g) - xhat mean(g xhat)); dweight and dbias are the
-    sums over rows of dy * xhat and dy. The kernel for rows of up to
-    ``norm_backward.longest(x.dtype)`` elements, PyTorch's own backward kernel past that."""
-    n = x.shape[-1]
-    if n <= _nb.longest(x.dtype):
-        body = _layernorm_backward_body if _eager(dy, x, weight) else _layernorm_backward_op
-        dx, dw, db = body(dy, x, weight, mean, rstd)
-        return dx, (dw if weight is not None else None), (db if has_bias else None)
-    # longer rows: PyTorch's own layer-norm backward (mean and rstd as (..., 1), as it saves them).
-    # It sizes dbias from the bias, which it does not otherwise read, so it gets a stand-in.
-    bias = (weight if weight is not None else x.new_empty(n)) if has_bias else None
-    dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean.unsqueeze(-1), rstd.unsqueeze(-1), weight,
-                                                           bias, [True, weight is not None, has_bias])
+    sums over rows of dy * xhat and dy."""
+    body = _layernorm_backward_body if _eager(dy, x, weight) else _layernorm_backward_op
+    dx, dw, db = body(dy, x, weight, mean, rstd)
     return dx, (dw if weight is not None else None), (db if has_bias else None)
 
 

@@ -23,15 +23,12 @@ from .cubin import kernel_resources
 from .reduce import SUM, SUM2
 from .rowkernel import RowOp, one_row_a_block
 
-#: The longest row the kernels take, by element width: a 32-bit row of 262,144 elements would
-#: need 256 KiB of shared memory a block for its two staged rows even split over 16 blocks.
-LONGEST = {16: 262144, 32: 131072}
-MAX_N = max(LONGEST.values())
+#: The longest row the kernels take, by element width.
+LONGEST = {16: 262144, 32: 262144}
 
 
 def longest(dtype: torch.dtype) -> int:
-    """The longest row of ``dtype`` the kernels take (PyTorch's backward takes longer ones, and
-    every row of a dtype the kernels do not take)."""
+    """The longest row of ``dtype`` the kernels take (0 for a dtype they do not take)."""
     return LONGEST.get(torch.finfo(dtype).bits, 0)
 
 

@@ -107,17 +107,25 @@ class RowOp:
         cls.fast = {}
 
     @classmethod
+    def walks_staged(cls, cfg) -> bool:
+        """Does a block of ``cfg`` walk its rows staged (:class:`StagedWalk`): an op that sums over
+        rows, its row in shared memory?"""
+        return bool(cls.col_out) and cfg.stage == "smem"
+
+    @classmethod
     def buffers(cls, cfg) -> int:
-        """Rows a block holds at once: two for a staged persistent walk (:class:`StagedWalk`: the
-        next row's copies in flight, each buffer its own exchange slots), else one."""
-        return 2 if cls.col_out and cfg.stage == "smem" else 1
+        """A staged walk's ``cfg.buffers`` (two: each row input's next row copied while this one is
+        worked; one: the first row input's only, the others refilled access by access), else one."""
+        return cfg.buffers if cls.walks_staged(cfg) else 1
 
     @classmethod
     def footprint(cls, cfg) -> tuple[int, int]:
         """(exchange slot sets, staged row tiles) a block of ``cfg`` allocates in shared memory, as
-        :meth:`~kernels.config.RowConfig.smem_bytes` counts them."""
-        k = cls.buffers(cfg)
-        return k * max(1, len(cls.reductions)), k * len(cls.rows)
+        :meth:`~kernels.config.RowConfig.smem_bytes` counts them: a staged walk exchanges in two
+        slot sets, row by row in turn, and holds two tiles of its first row input."""
+        if not cls.walks_staged(cfg):
+            return max(1, len(cls.reductions)), len(cls.rows)
+        return 2 * max(1, len(cls.reductions)), (2 if cls.buffers(cfg) == 2 else 1) * len(cls.rows) + cls.buffers(cfg) % 2
 
     def __init__(self, dtype, n: int, cfg, present: frozenset, in_dtypes: tuple = ()):
         stages, tiles = self.footprint(cfg)
@@ -133,6 +141,9 @@ class RowOp:
         if self.col_out and (cfg.stage == "stream" or cfg.rows_per_block != 1 or (cfg.stage == "reg" and cfg.cluster_n != 1)):
             raise ValueError(f"{type(self).__name__} sums over rows: it takes one row a block, kept in "
                              f"registers (no cluster) or staged in shared memory (a cluster may split it); got {cfg}")
+        if self.buffers(cfg) == 1 and self.walks_staged(cfg) and cfg.vecs_per_thread > STATIC_UNROLL_MAX:
+            raise ValueError(f"{type(self).__name__}: one buffer waits for each access's copy in turn, which "
+                             f"takes at most {STATIC_UNROLL_MAX} accesses a thread; got {cfg}")
         if not self.out and cfg.stage == "smem" and not self.col_out:
             raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
                              "stage='smem' buys nothing, use stage='reg'")
@@ -312,7 +323,7 @@ class RowOp:
     def kernel(self, args, tiled_copy: cute.TiledCopy, tiler_mn: cute.Shape):
         io = self.bind(args)
         b = Block(self, io, tiled_copy, tiler_mn)
-        if const_expr(self.buffers(self.cfg) > 1):
+        if const_expr(self.walks_staged(self.cfg)):
             self.walk_staged(args, b)
         elif const_expr(len(self.col_out) > 0):
             self.walk_rows(args, b)
@@ -372,17 +383,17 @@ class RowOp:
     def walk_staged(self, args, b):
         """The persistent kernel of an op with ``col_out`` whose row is staged (stage "smem"):
         block (or cluster) ``bidx`` of ``blocks`` takes rows bidx, bidx + blocks, ... as
-        ``walk_rows`` does, but row r + blocks is copied into the second of two shared buffers
-        while row r is folded, exchanged and written from the first (:class:`StagedWalk`), so
-        that a block always has a row's loads in flight; the column inputs (a weight) are
-        loaded once, for every row. In a cluster each block walks its column tile of the rows."""
+        ``walk_rows`` does, but the next row's copies are in flight while row r is folded,
+        exchanged and written (:class:`StagedWalk`), so that a block always has loads in flight;
+        the column inputs (a weight) are loaded once, for every row. In a cluster each block
+        walks its column tile of the rows."""
         io = self.bind(args)
         block, m, blocks = b.bidx, b.m, io.s.blocks
         self.walk = StagedWalk(self, io, b)  # (kept on the op: the loop's body takes no object of its own)
         acc = [cute.make_rmem_tensor_like(self.walk.tXgX, Float32) for _ in self.col_out]
         for frag in acc:
             frag.fill(0.0)
-        self.walk.issue(0, block)
+        self.walk.issue(0, block, first=True)
         if const_expr(self.cfg.cluster_n > 1):
             cute.arch.cluster_wait()  # the peers' mbarriers are armed
         for row in cutlass.range(block, m, 2 * blocks):
@@ -397,15 +408,17 @@ class RowOp:
 
     @cute.jit
     def walk_pair(self, acc, row, block, blocks, m):
-        """Rows ``row`` (buffer 0) and ``row + blocks`` (buffer 1), each buffer refilled as soon
-        as it is worked; each buffer's exchange has its own slots and mbarrier, used every other
-        row (its phase flips with each use)."""
+        """Rows ``row`` (buffer 0) and ``row + blocks`` (buffer 1): row + blocks is copied while
+        row is worked, and each buffer is refilled as soon as it is worked (with one buffer, the
+        row inputs after the first are refilled access by access by the epilogue before, see
+        :class:`StagedWalk`). Each buffer's exchange has its own slots, written again two rows
+        later once every peer has sent the row between (its mbarrier's phase flips with each use)."""
         phase = ((row - block) // (2 * blocks)) % 2
         self.walk.issue(1, row + blocks)
-        self.walk.work(0, row, acc, phase)
+        self.walk.work(0, row, acc, phase, row + blocks)
         self.walk.issue(0, row + 2 * blocks)
         if row + blocks < m:
-            self.walk.work(1, row + blocks, acc, phase)
+            self.walk.work(1, row + blocks, acc, phase, row + 2 * blocks)
 
     @cute.jit
     def write_partials(self, args, b, acc, block):
@@ -972,19 +985,29 @@ class Staged(InRegisters):
 
 
 class StagedWalk(Staged):
-    """The row of a persistent walk (:meth:`RowOp.walk_staged`), staged: two shared buffers
-    for each row input, filled in turn with ``cp.async`` (``issue``) and worked from
-    (``work``: fold, exchange, the epilogue's stores and the rows' sums, access by access); the
-    column inputs in registers, loaded once. Every thread reads back only what it copied, so a
-    buffer is refilled without a barrier; each buffer's exchange has its own slots."""
+    """The row of a persistent walk (:meth:`RowOp.walk_staged`), staged: two shared buffers of
+    each row input, filled in turn with ``cp.async`` (``issue``) and worked from (``work``:
+    fold, exchange, the epilogue's stores and the rows' sums, access by access); the column
+    inputs in registers, loaded once. Every thread reads back only what it copied, so a buffer
+    is refilled without a barrier. With ``cfg.buffers == 1`` (rows two of which do not fit),
+    only the first row input has two buffers: the others have one, whose every access the
+    epilogue refills with the next row's as soon as it has read it (a commit group an access,
+    which the next row's fold waits for in turn), while the first input's next row is in flight
+    through the exchange."""
 
     def __init__(self, op: RowOp, io, b: Block):
         super().__init__(op, io, b)
         cfg = self.cfg
+        self.nbuf = op.buffers(cfg)
         self.stage_copy = make_stage_copy(io.x.element_type, cfg.vec)
         layout = cute.make_ordered_layout(b.tiler_mn, order=(1, 0))
-        self.buffers = [{name: b.thr.partition_D(b.smem.allocate_tensor(mT.element_type, layout, byte_alignment=128))
-                         for name, mT in io.rows.items()} for _ in range(2)]
+        tile = lambda mT: b.thr.partition_D(b.smem.allocate_tensor(mT.element_type, layout, byte_alignment=128))
+        names = list(io.rows)
+        #: the inputs copied a row at a time, into buffer 0 or 1; and those refilled access by access
+        self.paired = names if self.nbuf == 2 else names[:1]
+        self.refilled = [] if self.nbuf == 2 else names[1:]
+        shared = {name: tile(io.rows[name]) for name in self.refilled}
+        self.buffers = [{**{name: tile(io.rows[name]) for name in self.paired}, **shared} for _ in range(2)]
         self.tXgX, self.tXcX, self.tXpX = b.view(io.x, self.tile)
         # each buffer's per-row inputs (a saved rstd), loaded when its row is issued: registers
         # that are read a row later, so that their round trip hides behind the other row's work
@@ -1002,35 +1025,65 @@ class StagedWalk(Staged):
     def columns_at(self, k):
         return {name: None if f is None else f[None, None, k].load().to(Float32) for name, f in self.resident.items()}
 
+    def sources(self, row):
+        """Row ``row``'s accesses of every row input (the block moved to it)."""
+        self.b.at(row)
+        return {name: self.b.view(mT, self.tile)[0] for name, mT in self.io.rows.items()}
+
     @cute.jit
-    def issue(self, buf: cutlass.Constexpr[int], row):
-        """Copy row ``row`` (nothing past M) into buffer ``buf`` (one commit group, even empty),
-        and load its per-row inputs."""
+    def refill(self, sources, row, k):
+        """Copy access k of row ``row`` (nothing past M) of the refilled inputs: one commit group."""
+        for name in self.refilled:
+            if row < self.b.m:
+                cute.copy(self.stage_copy, sources[name][None, None, k], self.buffers[0][name][None, None, k],
+                          pred=None if const_expr(self.tXpX is None) else self.tXpX[None, None, k])
+        cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def issue(self, buf: cutlass.Constexpr[int], row, first: cutlass.Constexpr[bool] = False):
+        """Copy row ``row`` (nothing past M) of the paired inputs into buffer ``buf`` (one commit
+        group, even empty) and load its per-row inputs; the ``first`` row also of the refilled
+        inputs (a group an access)."""
         self.b.at(row)
         values = self.op.row_inputs(self.io, self.b)
         for j, name in enumerate(self.op.row_in):
             self.pre[buf, j] = values[name]
-        sources = {name: self.b.view(mT, self.tile)[0] for name, mT in self.io.rows.items()}
-        for name in self.io.rows:
+        sources = self.sources(row)
+        for name in self.paired:
             if row < self.b.m:
                 cute.copy(self.stage_copy, sources[name], self.buffers[buf][name], pred=self.tXpX)
         cute.arch.cp_async_commit_group()
+        if const_expr(first and len(self.refilled) > 0):
+            for k in cutlass.range_constexpr(self.cfg.vecs_per_thread):
+                self.refill(sources, row, k)
 
     @cute.jit
-    def work(self, buf: cutlass.Constexpr[int], row, acc, phase):
-        """Row ``row`` from buffer ``buf`` (the later buffer's copies may still be in flight)."""
+    def work(self, buf: cutlass.Constexpr[int], row, acc, phase, upcoming):
+        """Row ``row`` from buffer ``buf`` (the other buffer's copies may still be in flight);
+        the refilled inputs' accesses copied again from row ``upcoming`` once read."""
         b, op, cfg = self.b, self.op, self.cfg
+        vecs = cfg.vecs_per_thread
+        refilling = len(self.refilled) > 0
+        if const_expr(refilling):
+            sources = self.sources(upcoming)
         b.at(row)
         self.row_values = {name: self.pre[buf, j] for j, name in enumerate(op.row_in)}
         self.staged = self.buffers[buf]
-        cute.arch.cp_async_wait_group(1)
+        if const_expr(not refilling):
+            cute.arch.cp_async_wait_group(1)  # this buffer's group (the other's is in flight)
         pad, stages = self.pad(), len(op.reductions)
         results = []
         for i in cutlass.range_constexpr(stages):
             c = op.reductions[i]
-            state = over_accesses(0, cfg.vecs_per_thread, lambda k, st: c.combine(
-                st, c.fold(op.fold_input(self.values(self.access(k, pad), self.columns_at(k)), i, results))),
-                tuple(Float32(e) for e in c.identity))
+
+            def fold(k, st, i=i, c=c):
+                if const_expr(refilling and i == 0):
+                    # landed: this buffer's group and the refills up to access k (after them:
+                    # the later refills and the other buffer's group)
+                    cute.arch.cp_async_wait_group(vecs - k)
+                return c.combine(st, c.fold(op.fold_input(self.values(self.access(k, pad), self.columns_at(k)),
+                                                          i, results)))
+            state = over_accesses(0, vecs, fold, tuple(Float32(e) for e in c.identity))
             slot = buf * stages + i
             results.append(row_reduce(state, c, cfg.threads_per_row, cfg.cluster_n, b.bufs[slot],
                                       None if b.mbar is None else b.mbar + slot, first=False, phase=phase))
@@ -1040,6 +1093,8 @@ class StagedWalk(Staged):
             # (accesses past N hold the pad, so that what they add to the sums is zero)
             v = self.values(self.access(k, pad), self.columns_at(k), self.tXcX[None, None, k],
                             tXgO[op.out[0]][None, None, k])
+            if const_expr(refilling):
+                self.refill(sources, upcoming, k)
             ys = op.epilogue(v, results, self.io.s)
             for name, mO in self.io.out.items():
                 tXrO_k = cute.make_rmem_tensor_like(tXgO[name][None, None, k])
@@ -1050,7 +1105,7 @@ class StagedWalk(Staged):
             for name, frag in zip(op.col_out, acc):
                 frag[None, None, k].store(frag[None, None, k].load() + adds[name])
             return None
-        over_accesses(0, cfg.vecs_per_thread, write, None)
+        over_accesses(0, vecs, write, None)
 
 
 class Streamed(Strategy):

@@ -28,7 +28,8 @@ def _ref_grads(f, inputs, dy):
 
 @pytest.mark.parametrize("n", [1, 7, 64, 1000])
 def test_rmsnorm_backward_formula(n):
-    """The PyTorch form of the backward (rows past the kernel's longest), against autograd."""
+    """The PyTorch form of the backward (the reference the GPU-free tests stand in for the kernel),
+    against autograd."""
     g = torch.Generator().manual_seed(n)
     x, w, dy = torch.randn(5, 3, n, generator=g), torch.randn(n, generator=g), torch.randn(5, 3, n, generator=g)
     rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
@@ -337,8 +338,6 @@ def test_norm_backward_kernels_against_float64(op, n, dtype):
     rows by P blocks (clusters, from 16k elements); M of 1, odd, and many more rows than blocks
     (both of a walk's buffers, and rows that leave the second one idle); without a weight too."""
     from kernels import norm_backward as NB
-    if n > NB.longest(dtype):
-        pytest.skip(f"{dtype} rows past {NB.longest(dtype)} take PyTorch's backward (test_gradients_against_float64)")
     for m in (1, 37, max(3, min(5000, (1 << 26) // n))):
         x = (torch.randn(m, n, device="cuda") * 2 + 0.5).to(dtype)
         w = torch.randn(n, device="cuda").to(dtype)
@@ -362,33 +361,6 @@ def test_norm_backward_kernels_against_float64(op, n, dtype):
             for name, got, ref in (("dx", dx, want[0]), ("dw", dw, want[1]), ("db", db, want[2])):
                 assert_grad_close(got, ref, dtype if name == "dx" else torch.float32, f"{name} N={n} M={m}",
                        dx_scale(op, x, w, dy) if name == "dx" else None)
-
-
-@pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, True), (False, False)])
-def test_long_layernorm_rows_take_pytorchs_backward(weight, bias):
-    """LayerNorm rows past ``norm_backward.longest`` go to PyTorch's own backward kernel, with the
-    forward's (rows,) mean and rstd: every gradient asked for and none that was not, against float64
-    autograd (on the CPU, where that kernel also runs; RMSNorm's fused backward has no CPU kernel,
-    and its long rows are tested on the GPU by test_gradients_against_float64)."""
-    from kernels import norm_backward
-    n = 2 * norm_backward.MAX_N + 3
-    g = torch.Generator().manual_seed(n + weight + 2 * bias)
-    x, dy = torch.randn(3, n, generator=g, dtype=torch.float64) * 2 + 0.5, torch.randn(3, n, generator=g, dtype=torch.float64)
-    w = torch.randn(n, generator=g, dtype=torch.float64) if weight else None
-    b = torch.randn(n, generator=g, dtype=torch.float64) if bias else None
-    mean, rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + 1e-5)
-    dx, dw, db = KF.layernorm_backward(dy, x, w, mean, rstd, bias)
-    inputs = [x] + [t for t in (w, b) if t is not None]
-
-    def ln(x, *p):
-        it = iter(p)
-        return torch.nn.functional.layer_norm(x, (n,), next(it) if weight else None, next(it) if bias else None, 1e-5)
-    ref = iter(_ref_grads(ln, inputs, dy))
-    torch.testing.assert_close(dx, next(ref), rtol=1e-9, atol=1e-9)
-    assert (dw is None) == (not weight) and (db is None) == (not bias)
-    for got in (dw, db):
-        if got is not None:
-            torch.testing.assert_close(got, next(ref), rtol=1e-9, atol=1e-9)
 
 
 def test_backward_passes_hand_their_kernels_contiguous_gradients(monkeypatch):
@@ -458,7 +430,6 @@ def test_eager_autograd_runs_each_ops_functions_without_its_custom_ops(monkeypat
     def boom(*args, **kwargs):
         raise AssertionError("an eager call went through a custom op")
     monkeypatch.setattr(KF, "_eager", lambda *tensors: True)
-    monkeypatch.setattr(KF._nb, "longest", lambda dtype: 1 << 20)  # (float64 rows: the stand-in kernels take them)
     for name in ("_rmsnorm_op", "_rmsnorm_backward_op", "_layernorm_op", "_layernorm_backward_op", "_softmax_op",
                  "_softmax_backward_op", "_cross_entropy_op", "_cross_entropy_backward_op",
                  "_cross_entropy_backward_inplace_op"):

@@ -319,11 +319,15 @@ def test_norm_backward_kernels_walk_rows_without_spills(op, n, dtype):
         return
     # (LayerNorm's 16-bit rows from 131,072: two sums of 32 columns a thread spill 48-88 bytes, and
     # measured ahead of the shapes that do not; TUNING.md#norm-backward)
-    if not (op == "layernorm_backward" and n >= 131072 and BITS[dtype] == 16):
+    # (and its 32-bit rows of 262,144 in 256 threads, one buffer: 16 bytes, 80.7 against 76.1% of
+    # the ceiling at 512 threads without a spill; book/data/norm_backward_fp32_262k.csv)
+    if not (op == "layernorm_backward" and (n >= 131072 and BITS[dtype] == 16 or n == 262144)):
         assert rep.frame_bytes == 0 and not rep.has("local memory")
     width = vector_width(n, BITS[dtype]) * BITS[dtype]
     if width == 128:
-        assert rep.counts["async copies"] and rep.counts["async copy groups"]["cp.async.commit_group"] == 3
+        # (one buffer, 32-bit rows of 256k: the first row's dy, and each row's in the loop, a group an access)
+        groups = 3 if cfg.buffers == 2 else 3 * (1 + cfg.vecs_per_thread)
+        assert rep.counts["async copies"] and rep.counts["async copy groups"]["cp.async.commit_group"] == groups
     else:  # (cp.async moves 4, 8 or 16 bytes: narrower rows are loaded and stored)
         assert width in rep.widths("global loads")
     assert width in rep.widths("global stores")

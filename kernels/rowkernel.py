@@ -141,9 +141,6 @@ class RowOp:
         if self.col_out and (cfg.stage == "stream" or cfg.rows_per_block != 1 or (cfg.stage == "reg" and cfg.cluster_n != 1)):
             raise ValueError(f"{type(self).__name__} sums over rows: it takes one row a block, kept in "
                              f"registers (no cluster) or staged in shared memory (a cluster may split it); got {cfg}")
-        if self.buffers(cfg) == 1 and self.walks_staged(cfg) and cfg.vecs_per_thread > STATIC_UNROLL_MAX:
-            raise ValueError(f"{type(self).__name__}: one buffer waits for each access's copy in turn, which "
-                             f"takes at most {STATIC_UNROLL_MAX} accesses a thread; got {cfg}")
         if not self.out and cfg.stage == "smem" and not self.col_out:
             raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
                              "stage='smem' buys nothing, use stage='reg'")
@@ -1018,8 +1015,8 @@ class StagedWalk(Staged):
     def load_resident(self, mW):
         tXgW = self.b.column(mW, self.tile)
         tXrW = cute.make_rmem_tensor_like(tXgW)
-        for k in cutlass.range_constexpr(self.cfg.vecs_per_thread):
-            self.b.load_column_access(mW, tXgW[None, None, k], tXrW[None, None, k], self.tXcX[None, None, k])
+        over_accesses(0, self.cfg.vecs_per_thread, lambda k, _: self.b.load_column_access(
+            mW, tXgW[None, None, k], tXrW[None, None, k], self.tXcX[None, None, k]), None)
         return tXrW
 
     def columns_at(self, k):
@@ -1054,8 +1051,7 @@ class StagedWalk(Staged):
                 cute.copy(self.stage_copy, sources[name], self.buffers[buf][name], pred=self.tXpX)
         cute.arch.cp_async_commit_group()
         if const_expr(first and len(self.refilled) > 0):
-            for k in cutlass.range_constexpr(self.cfg.vecs_per_thread):
-                self.refill(sources, row, k)
+            over_accesses(0, self.cfg.vecs_per_thread, lambda k, _: self.refill(sources, row, k), None)
 
     @cute.jit
     def work(self, buf: cutlass.Constexpr[int], row, acc, phase, upcoming):
@@ -1071,13 +1067,18 @@ class StagedWalk(Staged):
         self.staged = self.buffers[buf]
         if const_expr(not refilling):
             cute.arch.cp_async_wait_group(1)  # this buffer's group (the other's is in flight)
+        # one wait an access where the accesses are unrolled (over_accesses); past that (narrow
+        # accesses of a misaligned view), one for all of them: every group but the other buffer's
+        each_access = refilling and vecs <= STATIC_UNROLL_MAX
+        if const_expr(refilling and not each_access):
+            cute.arch.cp_async_wait_group(1)
         pad, stages = self.pad(), len(op.reductions)
         results = []
         for i in cutlass.range_constexpr(stages):
             c = op.reductions[i]
 
             def fold(k, st, i=i, c=c):
-                if const_expr(refilling and i == 0):
+                if const_expr(each_access and i == 0):
                     # landed: this buffer's group and the refills up to access k (after them:
                     # the later refills and the other buffer's group)
                     cute.arch.cp_async_wait_group(vecs - k)

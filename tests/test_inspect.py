@@ -293,7 +293,7 @@ def test_backward_kernels_read_and_write_with_128_bit_accesses(n, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("n", [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 65536, 131072, 262144])
+@pytest.mark.parametrize("n", [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 65536, 131072, 262143, 262144])
 @pytest.mark.parametrize("op", ["rmsnorm_backward", "layernorm_backward"])
 def test_norm_backward_kernels_walk_rows_without_spills(op, n, dtype):
     """The persistent kernels: one block (a cluster, for long rows) a row at a time, a loop back

@@ -117,3 +117,29 @@ def test_gradients_of_any_row(n, dtype):
         x64.grad = None
         torch.nn.functional.cross_entropy(x64, t).backward()
         assert_close(x.grad, x64.grad, dtype, f"cross-entropy dlogits offset={offset} pad={pad}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [3001, 262143, 262144])
+def test_norm_gradients_of_any_row(n, dtype):
+    """RMSNorm's and LayerNorm's backward (the persistent walks; at 262k, 32-bit rows hold one
+    buffer of dy, and a misaligned view's narrow accesses wait for all of a row's copies at once)
+    on misaligned and strided leaves, against float64 autograd."""
+    for offset, pad in ((0, 0), (1, 0), (3, 5)):
+        m = 5
+        x = view(m, n, dtype, offset, pad).requires_grad_()
+        w = (torch.randn(n, device="cuda") + 1).to(dtype).requires_grad_()
+        b = torch.randn(n, device="cuda").to(dtype).requires_grad_()
+        dy = torch.randn(m, n, device="cuda").to(dtype)
+        x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, w, b))
+        for name, ours, ref, leaves, leaves64 in (
+                ("rmsnorm", lambda: kernels.rmsnorm(x, w), lambda: torch.nn.functional.rms_norm(x64, (n,), w64, 1e-6),
+                 (x, w), (x64, w64)),
+                ("layernorm", lambda: kernels.layernorm(x, w, b),
+                 lambda: torch.nn.functional.layer_norm(x64, (n,), w64, b64, 1e-5), (x, w, b), (x64, w64, b64))):
+            got = torch.autograd.grad(ours(), leaves, dy)
+            want = torch.autograd.grad(ref(), leaves64, dy.double())
+            for i, (g, g64) in enumerate(zip(got, want)):
+                assert_grad_close(g, g64, dtype,
+                                  f"{name} grad {i} N={n} offset={offset} pad={pad}",
+                                  dx_scale(name, x, w, dy) if i == 0 else None)

@@ -3,7 +3,10 @@ over 1,000 calls back to back, then a synchronize, at 8 x 4096 bf16 (the GPU's w
 so what shows is the host's): the forward of inputs that require grad, the forward under
 ``torch.no_grad()``, the backward of one kept graph, and both; ours against torch eager.
 
-    python -m benchmarks.step_host [--out DIR]
+    python -m benchmarks.step_host [--out DIR] [--profile]
+
+With ``--profile``, each op's fwd+bwd step of ours is also profiled (200 steps under cProfile,
+the 18 costliest functions; 50 under torch.profiler, the 18 costliest CPU-side ops), printed.
 """
 import argparse
 import time
@@ -24,10 +27,37 @@ def per_call(fn, calls: int = 1000) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
+def profile_step(name: str, step) -> None:
+    """Where the host's time of ``step`` goes: Python functions (cProfile) and CPU-side ops."""
+    import cProfile
+    import io
+    import pstats
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(20):
+        step()
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(200):
+        step()
+    torch.cuda.synchronize()
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
+    print(f"===== {name}: cProfile, 200 fwd+bwd steps\n{s.getvalue()}")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(50):
+            step()
+        torch.cuda.synchronize()
+    print(f"===== {name}: torch.profiler, 50 fwd+bwd steps")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=60))
+
+
 def main(argv=None) -> int:
     import kernels
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=None)
+    p.add_argument("--profile", action="store_true", help="also profile each op's fwd+bwd step of ours")
     a = p.parse_args(argv)
     m, n = 8, 4096
     x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -55,6 +85,10 @@ def main(argv=None) -> int:
             for name, fn in calls.items():
                 rows.append({"op": op, "impl": impl, "dtype": "bf16", "M": m, "N": n, "call": name, "us": round(per_call(fn), 1)})
                 print(rows[-1], flush=True)
+    if a.profile:
+        for op, (ours, _, leaves) in ops.items():
+            out = ours()
+            profile_step(op, lambda: torch.autograd.grad(ours(), leaves, torch.ones_like(out)))
     add = torch.randn(m, n, device="cuda")
     meta = H.metadata({"timing": "wall time per call: 1,000 calls back to back, then a synchronize (one run)",
                        "torch_add_us": round(per_call(lambda: torch.add(add, add)), 1)})

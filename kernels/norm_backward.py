@@ -7,8 +7,9 @@ new: each block (or cluster) of a *persistent* kernel walks rows bidx, bidx + P,
 as many as the GPU holds at once), adds each row's terms into fp32 registers, and writes one
 partial row; the P partial rows are added up after (``sum(0)``, a fixed order), so the result is
 the same bit for bit from run to run and no float atomics are used. The row is staged in shared
-memory, two rows at a time: the next row's copies are in flight while this one is reduced and
-written, and long rows are split over a cluster (``RowOp.walk_staged``).
+memory, two rows at a time (a 32-bit row of 256k: two of x and one of dy, refilled access by
+access): the next row's copies are in flight while this one is reduced and written, and long
+rows are split over a cluster (``RowOp.walk_staged``).
 """
 from __future__ import annotations
 
@@ -161,8 +162,6 @@ def max_active_clusters(compiled, cfg, smem_bytes: int) -> int:
 def _launch(op, dy, x, weight, stats, dx, config):
     rows = validate.rows(x, cuda=False)
     m, n = rows.shape
-    if n > longest(x.dtype):
-        raise NotImplementedError(f"{op.__name__} takes {x.dtype} rows of up to {longest(x.dtype)} elements, got {n}")
     validate.like(x, dy, "dy")
     validate.like(x, dx, "dx")
     if weight is not None:

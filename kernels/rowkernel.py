@@ -623,6 +623,9 @@ class Block:
 #: tables were tuned with), and by the compiler from this length on, where the DSL warns that
 #: unrolling them itself would be slow to compile (ragged rows of single-element accesses).
 STATIC_UNROLL_MAX = 63
+#: A one-buffer walk's refills: a commit group an access up to this many accesses a thread
+#: (:class:`StagedWalk`; the table's rows take 8 and 16), one group a row past it.
+EACH_ACCESS_MAX = 16
 
 
 @cute.jit
@@ -989,8 +992,8 @@ class StagedWalk(Staged):
     is refilled without a barrier. With ``cfg.buffers == 1`` (rows two of which do not fit),
     only the first row input has two buffers: the others have one, whose every access the
     epilogue refills with the next row's as soon as it has read it (a commit group an access,
-    which the next row's fold waits for in turn), while the first input's next row is in flight
-    through the exchange."""
+    which the next row's fold waits for in turn, up to EACH_ACCESS_MAX accesses a thread; past
+    that one group a row), while the first input's next row is in flight through the exchange."""
 
     def __init__(self, op: RowOp, io, b: Block):
         super().__init__(op, io, b)
@@ -1003,6 +1006,9 @@ class StagedWalk(Staged):
         #: the inputs copied a row at a time, into buffer 0 or 1; and those refilled access by access
         self.paired = names if self.nbuf == 2 else names[:1]
         self.refilled = [] if self.nbuf == 2 else names[1:]
+        #: a commit group a refilled access, which the fold waits for in turn, up to EACH_ACCESS_MAX
+        #: accesses a thread (so few groups are ever pending); past that, one group a row
+        self.each_access = bool(self.refilled) and cfg.vecs_per_thread <= EACH_ACCESS_MAX
         shared = {name: tile(io.rows[name]) for name in self.refilled}
         self.buffers = [{**{name: tile(io.rows[name]) for name in self.paired}, **shared} for _ in range(2)]
         self.tXgX, self.tXcX, self.tXpX = b.view(io.x, self.tile)
@@ -1029,12 +1035,21 @@ class StagedWalk(Staged):
 
     @cute.jit
     def refill(self, sources, row, k):
-        """Copy access k of row ``row`` (nothing past M) of the refilled inputs: one commit group."""
+        """Copy access k of row ``row`` (nothing past M) of the refilled inputs: a commit group
+        of its own where the fold waits access by access (:attr:`each_access`)."""
         for name in self.refilled:
             if row < self.b.m:
                 cute.copy(self.stage_copy, sources[name][None, None, k], self.buffers[0][name][None, None, k],
                           pred=None if const_expr(self.tXpX is None) else self.tXpX[None, None, k])
-        cute.arch.cp_async_commit_group()
+        if const_expr(self.each_access):
+            cute.arch.cp_async_commit_group()
+
+    @cute.jit
+    def refill_row(self, sources, row, k0: cutlass.Constexpr[int], k1: cutlass.Constexpr[int]):
+        """``refill`` of accesses [k0, k1) of row ``row``; without a group an access, one for them."""
+        over_accesses(k0, k1, lambda k, _: self.refill(sources, row, k), None)
+        if const_expr(not self.each_access):
+            cute.arch.cp_async_commit_group()
 
     @cute.jit
     def issue(self, buf: cutlass.Constexpr[int], row, first: cutlass.Constexpr[bool] = False):
@@ -1051,7 +1066,7 @@ class StagedWalk(Staged):
                 cute.copy(self.stage_copy, sources[name], self.buffers[buf][name], pred=self.tXpX)
         cute.arch.cp_async_commit_group()
         if const_expr(first and len(self.refilled) > 0):
-            over_accesses(0, self.cfg.vecs_per_thread, lambda k, _: self.refill(sources, row, k), None)
+            self.refill_row(sources, row, 0, self.cfg.vecs_per_thread)
 
     @cute.jit
     def work(self, buf: cutlass.Constexpr[int], row, acc, phase, upcoming):
@@ -1067,11 +1082,9 @@ class StagedWalk(Staged):
         self.staged = self.buffers[buf]
         if const_expr(not refilling):
             cute.arch.cp_async_wait_group(1)  # this buffer's group (the other's is in flight)
-        # one wait an access where the accesses are unrolled (over_accesses); past that (narrow
-        # accesses of a misaligned view), one for all of them: every group but the other buffer's
-        each_access = refilling and vecs <= STATIC_UNROLL_MAX
+        each_access = self.each_access
         if const_expr(refilling and not each_access):
-            cute.arch.cp_async_wait_group(1)
+            cute.arch.cp_async_wait_group(1)  # every group but the other buffer's
         pad, stages = self.pad(), len(op.reductions)
         results = []
         for i in cutlass.range_constexpr(stages):
@@ -1107,6 +1120,8 @@ class StagedWalk(Staged):
                 frag[None, None, k].store(frag[None, None, k].load() + adds[name])
             return None
         over_accesses(0, vecs, write, None)
+        if const_expr(refilling and not self.each_access):
+            cute.arch.cp_async_commit_group()  # the row's refills, one group
 
 
 class Streamed(Strategy):

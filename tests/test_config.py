@@ -9,14 +9,10 @@ import torch
 
 from kernels import config as C
 from kernels.config import MAX_N, MAX_SMEM_BYTES, TIERS, Row, RowConfig, row_config, vector_width
-from kernels.norm_backward import LONGEST
 from kernels.reduction import reduce_config
 
 NS = [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 32768, 65536, 131071, 131072, 262144]
 KEPT_OPS = ["rmsnorm", "softmax", "layernorm", "row_reduce_kept", "softmax_bwd", "rmsnorm_bwd", "layernorm_bwd"]
-#: Tables that end before MAX_N (the kernels raise past their last row).
-# the norm backward's tables end at its longest row, by element width
-SHORT = {(op, bits): n for op in ("rmsnorm_bwd", "layernorm_bwd") for bits, n in LONGEST.items()}
 STREAMED_OPS = ["cross_entropy", "row_reduce", "cross_entropy_bwd"]
 
 
@@ -24,10 +20,9 @@ STREAMED_OPS = ["cross_entropy", "row_reduce", "cross_entropy_bwd"]
 @pytest.mark.parametrize("op", C.OPS)
 @pytest.mark.parametrize("n", NS)
 def test_table_covers_every_row(n, op, bits):
-    if n > SHORT.get((op, bits), MAX_N):
-        with pytest.raises(ValueError, match=f"past the largest row {op!r} supports"):
-            row_config(op, n, bits)
-        return
+    """Every table takes every N up to MAX_N (and refuses past it)."""
+    with pytest.raises(ValueError, match=r"N must be in \[1, "):
+        row_config(op, MAX_N + 1, bits)
     cfg = row_config(op, n, bits)
     cfg.check(n, bits)  # raises if the configuration cannot cover the row
     assert cfg.cols_covered >= n
@@ -44,7 +39,7 @@ def test_tables_are_named_rows_in_order(op, bits):
     rows = C.table(op, bits)
     assert all(isinstance(r, Row) for r in rows)
     bounds = [r.n_max for r in rows]
-    assert bounds == sorted(set(bounds)) and bounds[-1] == SHORT.get((op, bits), MAX_N)
+    assert bounds == sorted(set(bounds)) and bounds[-1] == MAX_N
     for r in rows:
         assert r.stage in C.STAGES and r.targets in C.TARGET_ORDERS
         assert (r.vecs > 0) == (r.stage == "stream")
@@ -246,3 +241,20 @@ def test_the_swept_points_take_what_the_sweep_measured_faster():
         assert timed[repr(cfg)] >= table - 0.02, (op, dtype, n, timed[repr(cfg)], table)
         gains.append(timed[repr(cfg)] - table)
     assert len(gains) >= 28 and sum(gains) / len(gains) > 0.20
+
+
+def test_buffers_are_one_or_two_and_the_one_buffer_walk_fits_what_two_would_not():
+    """``buffers`` is 1 or 2; a staged walk's footprint holds two slot sets, and two tiles of each
+    row input (one buffer: two of the first, one of the others). The 32-bit rows of 262,144 take
+    one buffer, whose three tiles fit a block's shared memory where four would not."""
+    from kernels.norm_backward import LayerNormBackward, RMSNormBackward
+    with pytest.raises(ValueError, match="buffers must be 1 or 2"):
+        RowConfig(256, 256, 16, 4, 16, stage="smem", buffers=3).check(262144, 32)
+    for op in (RMSNormBackward, LayerNormBackward):
+        cfg = row_config(op.table, 262144, 32)
+        assert cfg.buffers == 1 and cfg.stage == "smem" and cfg.cluster_n == 16
+        slots, tiles = op.footprint(cfg)
+        assert (slots, tiles) == (2 * len(op.reductions), len(op.rows) + 1)
+        assert cfg.smem_bytes(32, slots, tiles) <= MAX_SMEM_BYTES < cfg.smem_bytes(32, slots, 2 * len(op.rows))
+        two = row_config(op.table, 131072, 32)
+        assert two.buffers == 2 and op.footprint(two) == (2 * len(op.reductions), 2 * len(op.rows))

@@ -320,9 +320,19 @@ def test_norm_backward_kernels_walk_rows_without_spills(op, n, dtype):
     if not (op == "layernorm_backward" and (n >= 131072 and BITS[dtype] == 16 or n == 262144)):
         assert rep.frame_bytes == 0 and not rep.has("local memory")
     width = vector_width(n, BITS[dtype]) * BITS[dtype]
+    # (one buffer, 32-bit rows of 256k: the first row's dy, and each row's in the loop, a group an
+    # access, each waited for in turn, up to EACH_ACCESS_MAX accesses a thread; past it one group
+    # a row, and one wait a row: the compiler may copy a commit into both sides of a branch)
+    from kernels.rowkernel import EACH_ACCESS_MAX
+    v = cfg.vecs_per_thread
+    groups = 3 if cfg.buffers == 2 else 3 * (1 + v)
+    if cfg.buffers == 1:  # (its 4-byte and wider accesses are all cp.async)
+        g = rep.counts["async copy groups"]
+        if v <= EACH_ACCESS_MAX:
+            assert g["cp.async.commit_group"] == groups and g["cp.async.wait_group"] == 1 + 2 * v
+        else:
+            assert 6 <= g["cp.async.commit_group"] <= 8 and g["cp.async.wait_group"] == 3
     if width == 128:
-        # (one buffer, 32-bit rows of 256k: the first row's dy, and each row's in the loop, a group an access)
-        groups = 3 if cfg.buffers == 2 else 3 * (1 + cfg.vecs_per_thread)
         assert rep.counts["async copies"] and rep.counts["async copy groups"]["cp.async.commit_group"] == groups
     else:  # (cp.async moves 4, 8 or 16 bytes: narrower rows are loaded and stored)
         assert width in rep.widths("global loads")

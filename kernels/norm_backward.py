@@ -19,13 +19,13 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32
 
 from . import validate
-from .config import SM_SMEM_BYTES, SMEM_RESERVED_PER_BLOCK, row_config
+from .config import MAX_N, SM_SMEM_BYTES, SMEM_RESERVED_PER_BLOCK, row_config
 from .cubin import kernel_resources
 from .reduce import SUM, SUM2
 from .rowkernel import RowOp, one_row_a_block
 
-#: The longest row the kernels take, by element width.
-LONGEST = {16: 262144, 32: 262144}
+#: The longest row the kernels take, by element width: every row the forward takes.
+LONGEST = {16: MAX_N, 32: MAX_N}
 
 
 def longest(dtype: torch.dtype) -> int:

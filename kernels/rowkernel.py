@@ -123,9 +123,10 @@ class RowOp:
         """(exchange slot sets, staged row tiles) a block of ``cfg`` allocates in shared memory, as
         :meth:`~kernels.config.RowConfig.smem_bytes` counts them: a staged walk exchanges in two
         slot sets, row by row in turn, and holds two tiles of its first row input."""
+        slots, rows = max(1, len(cls.reductions)), len(cls.rows)
         if not cls.walks_staged(cfg):
-            return max(1, len(cls.reductions)), len(cls.rows)
-        return 2 * max(1, len(cls.reductions)), (2 if cls.buffers(cfg) == 2 else 1) * len(cls.rows) + cls.buffers(cfg) % 2
+            return slots, rows
+        return 2 * slots, 2 * rows if cls.buffers(cfg) == 2 else rows + 1
 
     def __init__(self, dtype, n: int, cfg, present: frozenset, in_dtypes: tuple = ()):
         stages, tiles = self.footprint(cfg)
@@ -1045,9 +1046,9 @@ class StagedWalk(Staged):
             cute.arch.cp_async_commit_group()
 
     @cute.jit
-    def refill_row(self, sources, row, k0: cutlass.Constexpr[int], k1: cutlass.Constexpr[int]):
-        """``refill`` of accesses [k0, k1) of row ``row``; without a group an access, one for them."""
-        over_accesses(k0, k1, lambda k, _: self.refill(sources, row, k), None)
+    def refill_row(self, sources, row):
+        """``refill`` of every access of row ``row``; without a group an access, one for them."""
+        over_accesses(0, self.cfg.vecs_per_thread, lambda k, _: self.refill(sources, row, k), None)
         if const_expr(not self.each_access):
             cute.arch.cp_async_commit_group()
 
@@ -1066,7 +1067,7 @@ class StagedWalk(Staged):
                 cute.copy(self.stage_copy, sources[name], self.buffers[buf][name], pred=self.tXpX)
         cute.arch.cp_async_commit_group()
         if const_expr(first and len(self.refilled) > 0):
-            self.refill_row(sources, row, 0, self.cfg.vecs_per_thread)
+            self.refill_row(sources, row)
 
     @cute.jit
     def work(self, buf: cutlass.Constexpr[int], row, acc, phase, upcoming):
@@ -1080,11 +1081,9 @@ class StagedWalk(Staged):
         b.at(row)
         self.row_values = {name: self.pre[buf, j] for j, name in enumerate(op.row_in)}
         self.staged = self.buffers[buf]
-        if const_expr(not refilling):
-            cute.arch.cp_async_wait_group(1)  # this buffer's group (the other's is in flight)
         each_access = self.each_access
-        if const_expr(refilling and not each_access):
-            cute.arch.cp_async_wait_group(1)  # every group but the other buffer's
+        if const_expr(not each_access):
+            cute.arch.cp_async_wait_group(1)  # every group but the other buffer's (in flight)
         pad, stages = self.pad(), len(op.reductions)
         results = []
         for i in cutlass.range_constexpr(stages):

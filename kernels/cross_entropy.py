@@ -60,8 +60,9 @@ class SplitTarget:
 
 class CrossEntropy(SplitTarget, RowOp):
     """options: (reduction, smoothing, zloss). For "mean" and "sum", ``work`` holds the result
-    (element 0), then each block's partial sum and then its count of rows not ignored (at most M
-    of each), and ``counter`` counts the blocks done. With ``smoothing`` the loss is torch's with
+    (element 0) and the count of rows not ignored (element 1, fp32: the count a mean's backward
+    divides by), then each block's partial sum and then its count (at most M of each), and
+    ``counter`` counts the blocks done. With ``smoothing`` the loss is torch's with
     label smoothing e, (1 - e) (lse - x_t) + e (lse - mean(x)), the row's sum reduced in the same
     exchange (logits of -inf left out of it, where torch's loss would be infinite); with
     ``zloss`` it adds z lse^2 (PaLM's z-loss)."""
@@ -186,21 +187,21 @@ class CrossEntropy(SplitTarget, RowOp):
             groups = (blocks + GROUP - 1) // GROUP
             group = bidx // GROUP
             in_group = cutlass.min(GROUP, blocks - group * GROUP)
-            at_groups = 1 + 2 * m  # work: [0] result, [1, 1 + m) block sums, then counts, then groups'
+            at_groups = WORK_HEAD + 2 * m  # work: result, count, block sums, block counts, groups'
             if b.rank == 0:  # a cluster's other blocks write no losses
                 cute.arch.barrier()
                 if tidx == 0:
                     total, count = Float32(0.0), Int32(0)
                     for r in cutlass.range(cfg.rows_per_block):
                         total, count = total + sums[r], count + counts[r]
-                    work[1 + bidx] = total
-                    work[1 + m + bidx] = count.bitcast(Float32)
+                    work[WORK_HEAD + bidx] = total
+                    work[WORK_HEAD + m + bidx] = count.bitcast(Float32)
                     done = cute.arch.atomic_add((counter.iterator + 1 + group), Int32(1), sem="acq_rel", scope="gpu")
                     last[0] = Int32(done == in_group - 1)
                 cute.arch.barrier()
                 if last[0] != 0:  # this block closes its group
                     cute.arch.fence_acq_rel_gpu()
-                    total, count = self.block_sum(b, work, 1 + group * GROUP, 1 + m + group * GROUP, in_group)
+                    total, count = self.block_sum(b, work, WORK_HEAD + group * GROUP, WORK_HEAD + m + group * GROUP, in_group)
                     if tidx == 0:
                         work[at_groups + group] = total
                         work[at_groups + groups + group] = count.bitcast(Float32)
@@ -215,6 +216,7 @@ class CrossEntropy(SplitTarget, RowOp):
                             if const_expr(self.reduction == "mean"):
                                 total = total / Float32(count)
                             work[0] = total
+                            work[1] = Float32(count)
                             counter[0] = Int32(0)
 
     @cute.jit
@@ -244,6 +246,13 @@ class CrossEntropy(SplitTarget, RowOp):
 
 #: Blocks whose partials one block of cross-entropy's reduced loss adds up (the first level).
 GROUP = 128
+#: The elements of ``work`` before the blocks' partials: the result and the count.
+WORK_HEAD = 2
+
+
+def work_buffer(m: int, device) -> torch.Tensor:
+    """The fp32 buffer a mean or sum of m rows finished in the launch needs (``CrossEntropy``)."""
+    return torch.empty(WORK_HEAD + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
 #: The most rows whose mean or sum is finished in the kernel's own launch: past this, the
 #: partials cost more than PyTorch's sum of the per-row losses (TUNING.md#cross-entropy-mean).
 IN_LAUNCH_MAX_ROWS = 2048
@@ -299,16 +308,17 @@ class CrossEntropyBackward(RowOp):
 
 def cross_entropy_backward_out(dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
                                dlogits: torch.Tensor, ignore_index: int = -100, *, label_smoothing: float = 0.0,
-                               lse_square_scale: float = 0.0, config=None) -> torch.Tensor:
+                               lse_square_scale: float = 0.0, config=None, remember=None) -> torch.Tensor:
     """Write the gradient of the per-row losses into ``dlogits`` (the logits' shape and dtype; the
     logits themselves for an in-place backward): ``dloss`` holds one gradient a row (M,) or one
-    for every row (1,), already divided by the count for a mean; ``lse`` is the forward's."""
+    for every row (1,), already divided by the count for a mean; ``lse`` is the forward's.
+    ``remember``: the key under which a fast path of ``kernels.functional`` finds the kernel."""
     return backward_launch(CrossEntropyBackward, dloss, logits, target, lse, dlogits, ignore_index, label_smoothing,
-                           lse_square_scale, config)
+                           lse_square_scale, config, remember=remember)
 
 
 def backward_launch(op, dloss, logits, target, lse, dlogits, ignore_index, label_smoothing, lse_square_scale, config,
-                    names=("logits", "dloss"), more=()):
+                    names=("logits", "dloss"), more=(), remember=None):
     """Check the backward's inputs (``names``: what the logits and the loss's gradient are
     called in errors) and launch ``op`` (``CrossEntropyBackward`` or an op of its signature with
     the scalars ``more`` after its own)."""
@@ -323,7 +333,8 @@ def backward_launch(op, dloss, logits, target, lse, dlogits, ignore_index, label
     if m:
         op.launch(rows, config, (per_row, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
                   row_in=(target, lse, dloss.reshape(-1)), out=(validate.rows(dlogits, "dlogits"),),
-                  scalars=(ignore_index, float(label_smoothing), float(lse_square_scale)) + tuple(more))
+                  scalars=(ignore_index, float(label_smoothing), float(lse_square_scale)) + tuple(more),
+                  remember=remember if config is None else None)
     return dlogits
 
 
@@ -351,19 +362,62 @@ def mean_fast(fn, logits, target, ignore_index):
     (``RowOp.fast``), with only what the compiled signature cannot check done here: the report of
     an earlier bad target, the row count that a mean in the launch takes, and its buffers."""
     m = logits.shape[0]
-    if m > IN_LAUNCH_MAX_ROWS:
+    # (the compiled signature checks each tensor alone: the targets' M against the logits' is ours)
+    if m > IN_LAUNCH_MAX_ROWS or target.shape != (m,):
         return None
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)  # raises: a report is never swallowed below
     if not logits.is_cuda:
         return None
     device = logits.device
-    work = torch.empty(1 + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
+    work = work_buffer(m, device)
     args = mean_args(logits, target, ignore_index, work, _counter(device), errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET))
     try:
         fn(args)
     except (ValueError, TypeError):  # refused before launching: the checked path says why
         return None
     return work[0]
+
+
+def _remembered_as(logits, target, in_launch, counted, return_lse):
+    """The key under which a checked call of the default mean remembers its kernel for the fast
+    paths: the public call's (the mean in the launch, nothing else written), and a training
+    forward's, which also writes each row's lse (the mean in the launch, or past
+    ``IN_LAUNCH_MAX_ROWS`` rows the rows' losses and counts, added up after)."""
+    key = (logits.dtype, logits.shape[1], target.dtype)
+    if not return_lse:
+        return key if in_launch == "mean" else None
+    return key + ("lse",) if in_launch == "mean" else key + ("rows", "lse") if counted else None
+
+
+def training_mean_fast(logits, target, ignore_index):
+    """The default mean's (loss, lse, count) for a training forward, through the kernel a checked
+    call remembered (``_remembered_as``), or None where there is none or its signature refuses
+    the tensors (the checked path then says why). Past ``IN_LAUNCH_MAX_ROWS`` rows the per-row
+    losses and counts are added up by one PyTorch sum. The loss and the count may share a buffer.
+    For CUDA logits (the eager training path's)."""
+    m, n = logits.shape
+    in_launch = m <= IN_LAUNCH_MAX_ROWS
+    fn = CrossEntropy.fast.get((logits.dtype, n, target.dtype) + (("lse",) if in_launch else ("rows", "lse")))
+    if fn is None or m > 2**24 or target.shape != (m,):
+        return None
+    errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
+    device = logits.device
+    lse = torch.empty(m, dtype=torch.float32, device=device)
+    flag = errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET)
+    if in_launch:
+        work = work_buffer(m, device)
+        args = (logits, target, lse, work, _counter(device), ignore_index, flag, 0.0, 0.0)
+    else:
+        per_row = torch.empty(2, m, dtype=torch.float32, device=device)  # (the counts, the losses)
+        args = (logits, target, per_row[1], lse, per_row[0], ignore_index, flag, 0.0, 0.0)
+    try:
+        fn(args)
+    except (ValueError, TypeError):
+        return None
+    if in_launch:
+        return work[0], lse, work[1:2]
+    sums = per_row.sum(1)
+    return sums[1] / sums[0], lse, sums[:1]
 
 
 def mean_args(logits, target, ignore_index, work, counter, flag_address):
@@ -408,7 +462,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     lse = torch.empty(m, dtype=torch.float32, device=device) if return_lse else None
     work = counter = None
     if in_launch != "none":
-        work = torch.empty(1 + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
+        work = work_buffer(m, device)
         counter = _counter(device)
     if m:
         CrossEntropy.launch(rows, config, (in_launch, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
@@ -416,13 +470,16 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
                             extra=(work, counter),
                             scalars=(ignore_index, errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET),
                                      float(label_smoothing), float(lse_square_scale)),
-                            remember=(logits.dtype, logits.shape[1], target.dtype) if config is None and not return_lse
-                            and in_launch == "mean" and not label_smoothing and not lse_square_scale else None)
+                            remember=_remembered_as(logits, target, in_launch, counted, return_lse)
+                            if config is None and reduction == "mean" and not label_smoothing
+                            and not lse_square_scale else None)
     elif work is not None:
-        work[0] = 0.0 if reduction == "sum" else math.nan
+        work[0], work[1] = (0.0 if reduction == "sum" else math.nan), 0.0
     count = None
     if in_launch == reduction:
         out = loss if reduction == "none" else work[0]
+        if reduction == "mean" and return_count:  # (a copy: a custom op's outputs may not alias)
+            count = work[1:2].clone()
     elif reduction == "sum":
         out = loss.sum()
     elif counted:

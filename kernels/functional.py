@@ -97,11 +97,33 @@ def _stats_shape(x):
     return x.shape[:-1]
 
 
+def _fast(op, x, *key):
+    """The compiled function a checked call remembered under (x's dtype, N) + key (``RowOp.fast``),
+    for an x of rows, 2-D; else None. Training calls take it for the forward and, with the tensors
+    autograd hands the backward (whose shapes agree by construction: a compiled signature checks
+    each tensor alone), for the backward."""
+    if x.ndim != 2 or not x.shape[0]:
+        return None
+    return op.fast.get((x.dtype, x.shape[1]) + key)
+
+
+def _launched(fn, args) -> bool:
+    """Call ``fn(args)``; False where its signature refused a tensor before launching (the caller
+    then takes the checked path, which names the problem or compiles the kernel the call needs)."""
+    try:
+        fn(args)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 # ---- RMSNorm --------------------------------------------------------------------------------
 def _rmsnorm_fwd(x: Tensor, weight: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor]:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = torch.empty(_stats_shape(x), dtype=torch.float32, device=x.device)
-    _rms.rmsnorm_out(x, weight, out, eps, rstd=rstd.view(-1))
+    fn = _fast(_rms.RMSNorm, x, weight is not None, "rstd")
+    if fn is None or not _launched(fn, (x, out) + ((weight,) if weight is not None else ()) + (rstd, float(eps))):
+        _rms.rmsnorm_out(x, weight, out, eps, rstd=rstd.view(-1), remember=(x.dtype, x.shape[-1], weight is not None, "rstd"))
     return out, rstd
 
 
@@ -153,10 +175,19 @@ def _rmsnorm_setup(ctx, inputs, output):
     ctx.save_for_backward(x, weight, output[1])
 
 
+def _norm_key(x, weight):
+    """A norm backward's fast-path key: with the device, whose SM count sets the persistent grid."""
+    return (x.dtype, x.shape[-1], weight is not None, x.get_device())
+
+
 def _rmsnorm_bwd(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = rmsnorm_backward(dy.contiguous(), x, weight, rstd)  # (y.sum()'s gradient is expanded, stride 0)
-    return dx, (dw if ctx.needs_input_grad[1] else None), None
+    dy = dy.contiguous()  # (y.sum()'s gradient is expanded, stride 0)
+    if not _eager(dy, x, weight):
+        dx, dw = rmsnorm_backward(dy, x, weight, rstd)
+        return dx, (dw if ctx.needs_input_grad[1] else None), None
+    dx, (dw,) = _nb.backward(_nb.RMSNormBackward, dy, x, weight, (rstd,), _norm_key(x, weight))
+    return dx, (dw.to(weight.dtype) if ctx.needs_input_grad[1] else None), None
 
 
 _rmsnorm_op.register_autograd(_rmsnorm_bwd, setup_context=_rmsnorm_setup)
@@ -185,6 +216,12 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, *, co
 
 # ---- LayerNorm ------------------------------------------------------------------------------
 def _layernorm_fwd(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    fn = _fast(_ln.LayerNorm, x, weight is not None, bias is not None, "stats")
+    if fn is not None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        mean, rstd = (torch.empty(x.shape[0], dtype=torch.float32, device=x.device) for _ in range(2))
+        if _launched(fn, (x, out) + tuple([t for t in (weight, bias) if t is not None]) + (mean, rstd, float(eps))):
+            return out, mean, rstd
     y, mean, rstd = _ln.layernorm(x, weight, bias, eps, return_stats=True)
     return y, mean, rstd
 
@@ -249,8 +286,13 @@ def _layernorm_setup(ctx, inputs, output):
 
 def _layernorm_bwd(ctx, dy, _dmean, _drstd):
     x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = layernorm_backward(dy.contiguous(), x, weight, mean, rstd, ctx.has_bias)
-    return dx, (dw if ctx.needs_input_grad[1] else None), (db if ctx.needs_input_grad[2] else None), None
+    dy = dy.contiguous()
+    if not _eager(dy, x, weight):
+        dx, dw, db = layernorm_backward(dy, x, weight, mean, rstd, ctx.has_bias)
+        return dx, (dw if ctx.needs_input_grad[1] else None), (db if ctx.needs_input_grad[2] else None), None
+    dx, (dw, db) = _nb.backward(_nb.LayerNormBackward, dy, x, weight, (mean, rstd), _norm_key(x, weight))
+    return (dx, dw.to(weight.dtype) if ctx.needs_input_grad[1] else None,
+            db.to(dy.dtype) if ctx.needs_input_grad[2] else None, None)
 
 
 _layernorm_op.register_autograd(_layernorm_bwd, setup_context=_layernorm_setup)
@@ -283,6 +325,11 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
 
 # ---- softmax --------------------------------------------------------------------------------
 def _softmax_fwd(x: Tensor) -> Tensor:
+    fn = _fast(_sm.Softmax, x)
+    if fn is not None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        if _launched(fn, (x, out)):
+            return out
     return _sm.softmax(x)
 
 
@@ -314,7 +361,14 @@ def _softmax_setup(ctx, inputs, output):
 
 def _softmax_bwd(ctx, dy):
     (y,) = ctx.saved_tensors
-    return (_softmax_backward_body if _eager(dy, y) else _softmax_backward_op)(dy.contiguous(), y)
+    dy = dy.contiguous()
+    if not _eager(dy, y):
+        return _softmax_backward_op(dy, y)
+    dx = torch.empty_like(y)
+    fn = _fast(_sm.SoftmaxBackward, y)
+    if fn is None or not _launched(fn, (y, dy, dx)):
+        _sm.softmax_backward_out(dy, y, dx, remember=(y.dtype, y.shape[-1]))
+    return dx
 
 
 _softmax_op.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
@@ -350,6 +404,19 @@ def _cross_entropy_fwd(logits: Tensor, target: Tensor, ignore_index: int, reduct
 
 _cross_entropy_op = torch.library.custom_op(f"{LIB}::cross_entropy", mutates_args=(),
                                             device_types="cuda")(_cross_entropy_fwd)
+
+
+def _cross_entropy_fwd_eager(logits, target, ignore_index, reduction, label_smoothing, lse_square_scale,
+                             inplace_backward):
+    """``_cross_entropy_fwd`` for an eager training call: the default mean through its fast path
+    (whose loss and count may share a buffer, as a custom op's outputs may not)."""
+    if (reduction == "mean" and not (label_smoothing or lse_square_scale) and logits.ndim == 2 and logits.shape[0]
+            and type(target) is Tensor and -(2**31) <= ignore_index < 2**31):
+        got = _ce.training_mean_fast(logits, target, ignore_index)
+        if got is not None:
+            return got
+    return _cross_entropy_fwd(logits, target, ignore_index, reduction, label_smoothing, lse_square_scale,
+                              inplace_backward)
 
 
 @_cross_entropy_op.register_fake
@@ -401,15 +468,25 @@ def _cross_entropy_bwd(ctx, dloss, _dlse, _dcount):
     logits, target, lse, count = ctx.saved_tensors
     g = _ce.row_gradients(dloss.float().contiguous(), target, ctx.ignore_index, ctx.reduction, count)
     args = (g, logits, target, lse, ctx.ignore_index, ctx.smoothing, ctx.z)
-    eager = _eager(g, logits, target, lse)
-    if ctx.inplace:
-        (_cross_entropy_backward_inplace_body if eager else _cross_entropy_backward_inplace_op)(*args)
-        return logits, None, None, None, None, None, None
-    return (_cross_entropy_backward_body if eager else _cross_entropy_backward_op)(*args), None, None, None, None, None, None
+    rest = (None,) * 6
+    if not _eager(g, logits, target, lse):
+        if ctx.inplace:
+            _cross_entropy_backward_inplace_op(*args)
+            return (logits,) + rest
+        return (_cross_entropy_backward_op(*args),) + rest
+    dlogits = logits if ctx.inplace else torch.empty_like(logits)
+    options = (g.numel() != 1 or logits.shape[0] == 1, ctx.smoothing != 0, ctx.z != 0)  # (per-row g, as launched)
+    fn = _fast(_ce.CrossEntropyBackward, logits, target.dtype, *options)
+    if fn is None or not _launched(fn, (logits, dlogits, target, lse, g, ctx.ignore_index, float(ctx.smoothing),
+                                        float(ctx.z))):
+        _ce.cross_entropy_backward_out(g, logits, target, lse, dlogits, ctx.ignore_index, label_smoothing=ctx.smoothing,
+                                       lse_square_scale=ctx.z,
+                                       remember=(logits.dtype, logits.shape[-1], target.dtype) + options)
+    return (dlogits,) + rest
 
 
 _cross_entropy_op.register_autograd(_cross_entropy_bwd, setup_context=_cross_entropy_setup)
-_CROSS_ENTROPY = (_cross_entropy_fwd, _cross_entropy_setup, _cross_entropy_bwd, 2)
+_CROSS_ENTROPY = (_cross_entropy_fwd_eager, _cross_entropy_setup, _cross_entropy_bwd, 2)
 
 
 def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean", *,

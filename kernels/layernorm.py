@@ -61,8 +61,8 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.T
     if rows.shape[0]:
         LayerNorm.launch(rows, config, rows=(rows,), out=(out if rows is x else out.view(rows.shape),), cols=(weight, bias),
                          row_out=(mean if mean is None else mean.view(-1), rstd if rstd is None else rstd.view(-1)),
-                         scalars=(float(eps),), remember=None if return_stats or config is not None else
-                         (x.dtype, x.shape[-1], weight is not None, bias is not None))
+                         scalars=(float(eps),), remember=None if config is not None else
+                         (x.dtype, x.shape[-1], weight is not None, bias is not None) + ("stats",) * return_stats)
     return (out, mean, rstd) if return_stats else out
 
 

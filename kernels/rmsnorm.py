@@ -49,12 +49,13 @@ def _launch(x, rows, weight, out, eps, rstd, config, remember=None):
 
 
 def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor, eps: float = 1e-6, *,
-                rstd: torch.Tensor | None = None, config=None) -> torch.Tensor:
+                rstd: torch.Tensor | None = None, config=None, remember=None) -> torch.Tensor:
     """Write rmsnorm(x) into ``out`` (x's shape and dtype), and 1 / sqrt(mean(x^2) + eps) of each
-    row into ``rstd`` (fp32, contiguous, M elements for the M rows of x) if given."""
+    row into ``rstd`` (fp32, contiguous, M elements for the M rows of x) if given. ``remember``:
+    the key under which a fast path of ``kernels.functional`` finds the kernel (``RowOp.fast``)."""
     rows = validate.rows(x, cuda=False)
     validate.like(x, out)
-    _launch(x, rows, weight, validate.rows(out, "out", cuda=False), eps, rstd, config)
+    _launch(x, rows, weight, validate.rows(out, "out", cuda=False), eps, rstd, config, remember)
     return out
 
 

@@ -206,7 +206,8 @@ class RowOp:
         order (None for an absent optional one), compiling it on the first call for its key.
         ``late(compiled)``, if given, returns the ``col_out`` tensors and the last scalars, which
         depend on the compiled kernel (how many blocks it fits on the GPU at once). ``remember``, if given, is the public
-        call's key under which ``fast`` keeps the compiled function, when this call got the
+        call's key under which ``fast`` keeps the compiled function (with ``late``, the pair of it
+        and those last scalars), when this call got the
         widest accesses N allows (a later call with the same key skips the checks above and
         calls it directly: the compiled signature itself refuses any tensor it was not built
         for, before launching, and that call then comes back here)."""
@@ -230,10 +231,10 @@ class RowOp:
             validate.check_arch(x.device)
             hit = cls.compile(x.dtype, n, vec, present, in_dtypes, config, options, head=head)
             _LAUNCH[key] = hit
+        col_out, more = late(hit) if late is not None else ((), ())
         # (a window kernel is right for any row alignment; a plain one only for what N allows)
         if remember is not None and (natural < 16 if head else vec * eb == natural):
-            cls.fast[remember] = hit.fn
-        col_out, more = late(hit) if late is not None else ((), ())
+            cls.fast[remember] = hit.fn if late is None else (hit.fn, more)
         hit.fn(rows + out + present_cols + row_in
                + tuple([t for t in row_out + extra if t is not None]) + col_out + scalars + more)
 

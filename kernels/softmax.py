@@ -42,15 +42,18 @@ class SoftmaxBackward(RowOp):
         return {"dx": v.y * (v.dy - results[0][0])}
 
 
-def softmax_backward_out(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, *, config=None) -> torch.Tensor:
+def softmax_backward_out(dy: torch.Tensor, y: torch.Tensor, dx: torch.Tensor, *, config=None,
+                         remember=None) -> torch.Tensor:
     """Write the gradient of softmax over the last dim into ``dx``, from the forward's output y and
-    the gradient dy of the output (all three the same shape and dtype)."""
+    the gradient dy of the output (all three the same shape and dtype). ``remember``: the key
+    under which a fast path of ``kernels.functional`` finds the kernel (``RowOp.fast``)."""
     yrows = validate.rows(y, "y", cuda=False)
     validate.like(y, dy, "dy")
     validate.like(y, dx, "dx")
     validate.on_cuda(y, "y")
     if yrows.shape[0]:
-        SoftmaxBackward.launch(yrows, config, rows=(yrows, validate.rows(dy, "dy")), out=(validate.rows(dx, "dx"),))
+        SoftmaxBackward.launch(yrows, config, rows=(yrows, validate.rows(dy, "dy")), out=(validate.rows(dx, "dx"),),
+                               remember=remember if config is None else None)
     return dx
 
 

@@ -435,42 +435,38 @@ def test_eager_autograd_runs_each_ops_functions_without_its_custom_ops(monkeypat
                  "_cross_entropy_backward_inplace_op"):
         monkeypatch.setattr(KF, name, boom)
 
-    def rmsnorm_out(x, w, out, eps, rstd):
+    def rmsnorm_out(x, w, out, eps, rstd, remember=None):
         r = torch.rsqrt(x.pow(2).mean(-1) + eps)
         rstd.copy_(r)
         out.copy_(x * r[:, None] * (w if w is not None else 1))
 
-    def rmsnorm_backward_out(dy, x, w, rstd, dx):
-        got, dw = KF.rmsnorm_backward_torch(dy, x, w, rstd)
-        dx.copy_(got)
-        return dw
+    def norm_backward(op, dy, x, w, stats, key):
+        if op is KF._nb.RMSNormBackward:
+            dx, dw = KF.rmsnorm_backward_torch(dy, x, w, stats[0])
+            return dx, [dw]
+        dx, dw, db = KF.layernorm_backward_torch(dy, x, w, *stats, True)
+        return dx, [dw, db]
 
     def layernorm_fwd(x, w, b, eps, return_stats):
         mean, rstd = x.mean(-1), torch.rsqrt(x.var(-1, unbiased=False) + eps)
         y = (x - mean[:, None]) * rstd[:, None]
         return y * (w if w is not None else 1) + (b if b is not None else 0), mean, rstd
 
-    def layernorm_backward_out(dy, x, w, mean, rstd, dx):
-        got, dw, db = KF.layernorm_backward_torch(dy, x, w, mean, rstd, True)
-        dx.copy_(got)
-        return dw, db
-
-    def softmax_backward_out(dy, y, out):
+    def softmax_backward_out(dy, y, out, remember=None):
         return out.copy_(y * (dy - (dy * y).sum(-1, keepdim=True)))
 
     def cross_entropy_fwd(x, t, ignore_index, reduction, label_smoothing, lse_square_scale, return_lse, return_count):
         count = (t != ignore_index).sum(dtype=x.dtype).reshape(1)
         return ce.cross_entropy_reference(x, t, ignore_index, reduction), torch.logsumexp(x, -1), count
 
-    def cross_entropy_backward_out(g, x, t, lse, out, ignore_index, label_smoothing, lse_square_scale):
+    def cross_entropy_backward_out(g, x, t, lse, out, ignore_index, label_smoothing, lse_square_scale, remember=None):
         keep = t != ignore_index
         onehot = torch.nn.functional.one_hot(torch.where(keep, t, 0), x.shape[-1]).double()
         rows = torch.where(keep, g.expand(t.shape), 0.0)
         return out.copy_((torch.exp(x - lse[:, None]) - onehot) * rows[:, None])
     monkeypatch.setattr(KF._rms, "rmsnorm_out", rmsnorm_out)
-    monkeypatch.setattr(KF._nb, "rmsnorm_backward_out", rmsnorm_backward_out)
+    monkeypatch.setattr(KF._nb, "backward", norm_backward)
     monkeypatch.setattr(KF._ln, "layernorm", layernorm_fwd)
-    monkeypatch.setattr(KF._nb, "layernorm_backward_out", layernorm_backward_out)
     monkeypatch.setattr(KF._sm, "softmax", lambda x: torch.softmax(x, -1))
     monkeypatch.setattr(KF._sm, "softmax_backward_out", softmax_backward_out)
     monkeypatch.setattr(ce, "cross_entropy", cross_entropy_fwd)

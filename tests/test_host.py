@@ -1,5 +1,6 @@
 """The host path every public op shares: CUDA-graph capture and replay with default arguments,
 no host sync (a bad target still reported), the Hopper check, and the launch cache's key."""
+import importlib
 import pytest
 import torch
 
@@ -302,7 +303,7 @@ def test_the_fast_path_passes_what_the_kernel_takes(op):
         compiled = CE.CrossEntropy.compile(dt, n, 8, (False, False, False, True, True), (torch.int64,), None,
                                            ("mean", False, False))
         t = torch.zeros(4, dtype=torch.int64)
-        work, counter = torch.empty(1 + 8 + 2 * (4 // CE.GROUP + 1)), torch.zeros(18, dtype=torch.int32)
+        work, counter = CE.work_buffer(4, "cpu"), torch.zeros(18, dtype=torch.int32)
         args = (CE.mean_args(x, t, -100, work, counter, 0),)
     else:
         cls, key, call, present = {
@@ -356,3 +357,77 @@ def test_the_fast_path_never_swallows_a_bad_target_report(monkeypatch):
 def test_a_weight_that_is_not_a_tensor_gets_the_checked_error():
     with pytest.raises(ValueError, match="weight must have shape"):
         kernels.rmsnorm(torch.randn(4, 64), [1.0] * 64)
+
+
+@pytest.mark.parametrize("path", ["rmsnorm", "layernorm", "softmax", "cross_entropy", "cross_entropy_rows",
+                                  "softmax_bwd", "cross_entropy_bwd", "rmsnorm_bwd", "layernorm_bwd"])
+def test_the_training_fast_paths_pass_what_the_kernel_takes(path, monkeypatch):
+    """A training call's forward and backward take the kernel a checked call remembered: the
+    arguments they hand it are the ones its signature declares, in order and by type, and a
+    refusal sends them to the checked path (GPU-free, as above: the call recorded on CPU tensors,
+    the eager path let through by hand)."""
+    from types import SimpleNamespace
+
+    from kernels import errors
+    from kernels import functional as Fn
+    from kernels.cross_entropy import CrossEntropy, CrossEntropyBackward
+    from kernels.layernorm import LayerNorm
+    from kernels.norm_backward import LayerNormBackward, RMSNormBackward
+    from kernels.rmsnorm import RMSNorm
+    from kernels.softmax import Softmax, SoftmaxBackward
+    CE = importlib.import_module("kernels.cross_entropy")
+    monkeypatch.setattr(Fn, "_eager", lambda *tensors: True)
+    monkeypatch.setattr(CE, "_counter", lambda device: torch.zeros(18, dtype=torch.int32))
+    monkeypatch.setattr(errors.FLAGS, "address", lambda word: 0)
+    monkeypatch.setattr(errors.FLAGS, "raise_if_set", lambda word=None: None)
+    n, dt, i64, f32 = 1024, torch.bfloat16, torch.int64, torch.float32
+    m = 2 * CE.IN_LAUNCH_MAX_ROWS if path == "cross_entropy_rows" else 4
+    x, w = torch.randn(m, n, dtype=dt), torch.randn(n, dtype=dt)
+    t, stat = torch.zeros(m, dtype=i64), torch.ones(m)
+    grads = lambda k: SimpleNamespace(needs_input_grad=(True,) * k)
+    ce_ctx = SimpleNamespace(saved_tensors=(x, t, stat, torch.ones(1)), ignore_index=-100, reduction="mean",
+                             inplace=False, smoothing=0.0, z=0.0)
+    cls, key, call, compiled = {
+        "rmsnorm": (RMSNorm, (dt, n, True, "rstd"), lambda: Fn._rmsnorm_fwd(x, w, 1e-6),
+                    lambda: RMSNorm.compile(dt, n, 8, (True, True))),
+        "layernorm": (LayerNorm, (dt, n, True, True, "stats"), lambda: Fn._layernorm_fwd(x, w, w, 1e-5),
+                      lambda: LayerNorm.compile(dt, n, 8, (True, True, True, True))),
+        "softmax": (Softmax, (dt, n), lambda: Fn._softmax_fwd(x), lambda: Softmax.compile(dt, n, 8)),
+        "cross_entropy": (CrossEntropy, (dt, n, i64, "lse"),
+                          lambda: Fn._cross_entropy_fwd_eager(x, t, -100, "mean", 0.0, 0.0, False),
+                          lambda: CrossEntropy.compile(dt, n, 8, (False, True, False, True, True))),
+        "cross_entropy_rows": (CrossEntropy, (dt, n, i64, "rows", "lse"),
+                               lambda: Fn._cross_entropy_fwd_eager(x, t, -100, "mean", 0.0, 0.0, False),
+                               lambda: CrossEntropy.compile(dt, n, 8, (True, True, True, False, False), None, None,
+                                                            ("none", False, False))),
+        "softmax_bwd": (SoftmaxBackward, (dt, n), lambda: Fn._softmax_bwd(SimpleNamespace(saved_tensors=(x,)), x),
+                        lambda: SoftmaxBackward.compile(dt, n, 8)),
+        "cross_entropy_bwd": (CrossEntropyBackward, (dt, n, i64, False, False, False),
+                              lambda: Fn._cross_entropy_bwd(ce_ctx, torch.ones(()), None, None),
+                              lambda: CrossEntropyBackward.compile(dt, n, 8, (), (i64, f32, f32), None,
+                                                                   (False, False, False))),
+        "rmsnorm_bwd": (RMSNormBackward, (dt, n, True, -1),
+                        lambda: Fn._rmsnorm_bwd(SimpleNamespace(saved_tensors=(x, w, stat), **vars(grads(2))), x, None),
+                        lambda: RMSNormBackward.compile(dt, n, 8, (True,))),
+        "layernorm_bwd": (LayerNormBackward, (dt, n, True, -1),
+                          lambda: Fn._layernorm_bwd(SimpleNamespace(saved_tensors=(x, w, stat, stat), **vars(grads(3))),
+                                                    x, None, None),
+                          lambda: LayerNormBackward.compile(dt, n, 8, (True,))),
+    }[path]
+    recorded = []
+
+    def record(args):
+        recorded.append(args)
+        raise ValueError("recorded")
+    cls.fast[key] = (record, (4,)) if path.endswith("norm_bwd") else record
+    try:
+        with pytest.raises(ValueError, match="CUDA device|must be on|device"):
+            call()  # recorded, refused, then the checked path's own error
+    finally:
+        cls.fast.pop(key)
+    (args,) = recorded
+    with pytest.raises(ValueError, match="expected device_type=cuda") as e:
+        compiled().fn(args)
+    types = _parse_signature(str(e.value))
+    assert len(types) == len(args), (types, [type(a) for a in args])
+    assert all(_matches(a, t) for a, t in zip(args, types)), (types, [getattr(a, "dtype", type(a)) for a in args])

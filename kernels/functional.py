@@ -161,12 +161,19 @@ def rmsnorm_backward(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tens
     return dx, (dw if weight is not None else None)
 
 
+def _accumulated(x: Tensor) -> torch.dtype:
+    """The dtype the PyTorch twins compute in: fp32, or float64 for float64 inputs (a reference)."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
 def rmsnorm_backward_torch(dy: Tensor, x: Tensor, weight: Optional[Tensor], rstd: Tensor):
-    """``rmsnorm_backward`` in PyTorch operations (fp32 accumulation), for any device."""
-    xhat = x.float() * rstd.unsqueeze(-1)
-    g = dy.float() * weight.float() if weight is not None else dy.float()
-    dx = (g - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd.unsqueeze(-1)
-    dw = (dy.float() * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype) if weight is not None else None
+    """``rmsnorm_backward`` in PyTorch operations (fp32 accumulation, float64 for float64
+    inputs), for any device."""
+    acc = _accumulated(x)
+    xhat = x.to(acc) * rstd.to(acc).unsqueeze(-1)
+    g = dy.to(acc) * weight.to(acc) if weight is not None else dy.to(acc)
+    dx = (g - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd.to(acc).unsqueeze(-1)
+    dw = (dy.to(acc) * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype) if weight is not None else None
     return dx.to(x.dtype), dw
 
 
@@ -267,12 +274,14 @@ def layernorm_backward(dy, x, weight, mean, rstd, has_bias: bool):
 
 
 def layernorm_backward_torch(dy, x, weight, mean, rstd, has_bias: bool):
-    """``layernorm_backward`` in PyTorch operations (fp32 accumulation), for any device."""
-    n = x.shape[-1]
-    xhat = (x.float() - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)
-    g = dy.float() * weight.float() if weight is not None else dy.float()
-    dx = (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd.unsqueeze(-1)
-    rows = dy.float().reshape(-1, n)
+    """``layernorm_backward`` in PyTorch operations (fp32 accumulation, float64 for float64
+    inputs), for any device."""
+    n, acc = x.shape[-1], _accumulated(x)
+    rstd = rstd.to(acc).unsqueeze(-1)
+    xhat = (x.to(acc) - mean.to(acc).unsqueeze(-1)) * rstd
+    g = dy.to(acc) * weight.to(acc) if weight is not None else dy.to(acc)
+    dx = (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)) * rstd
+    rows = dy.to(acc).reshape(-1, n)
     dw = (rows * xhat.reshape(-1, n)).sum(0).to(weight.dtype) if weight is not None else None
     db = rows.sum(0).to(dy.dtype) if has_bias else None
     return dx.to(x.dtype), dw, db

@@ -38,11 +38,17 @@ case $stage in
       | grep -E "ceilings|wrote|Error" ;
     cp book/data/*.csv book/data/*.json "$log/" ;;
   sanitize)  # compute-sanitizer over every kernel (benchmarks/sanitize.py): each tool over each (N, dtype)
-    # slice in its own process, all side by side (the host-side instrumentation is the slow part), one log each
-    for tool in memcheck racecheck synccheck; do
-      for n in $(python3 -c "from benchmarks.sanitize import NS; print(*NS)"); do for dt in bf16 fp32; do
-        timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool $tool --report-api-errors no \
-          python3 -m benchmarks.sanitize --n $n --dtype $dt > "$log/sanitize_${tool}_${n}_$dt.log" 2>&1 &
+    # slice in its own process, all side by side (the host-side instrumentation is the slow part), one log each.
+    # SANITIZE_TOOLS and SANITIZE_NS pick a part; SANITIZE_BY_OFFSET=1 splits each slice by view offset too
+    # (racecheck at N = 262144 ran past 370 s a slice of three offsets, 2026-12-03)
+    offsets=0; [ -n "${SANITIZE_BY_OFFSET:-}" ] && offsets=$(python3 -c "from benchmarks.sanitize import OFFSETS; print(*OFFSETS)")
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+      for n in ${SANITIZE_NS:-$(python3 -c "from benchmarks.sanitize import NS; print(*NS)")}; do for dt in bf16 fp32; do
+        for off in $offsets; do
+          if [ -n "${SANITIZE_BY_OFFSET:-}" ]; then part=(--offset $off); name=${tool}_${n}_${dt}_offset$off; else part=(); name=${tool}_${n}_$dt; fi
+          timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool $tool --report-api-errors no \
+            python3 -m benchmarks.sanitize --n $n --dtype $dt "${part[@]}" > "$log/sanitize_$name.log" 2>&1 &
+        done
       done; done
     done
     wait

@@ -7,8 +7,9 @@ would report as host API errors that are not kernel errors).
     compute-sanitizer --tool memcheck --report-api-errors no python -m benchmarks.sanitize [--n 3001 ...]
         [--dtype bf16 ...]
 
-``--n`` and ``--dtype`` run a slice of the points, so that the slices run side by side (the
-sanitizer's instrumentation is slow on the host: racecheck over every point took past 170 s).
+``--n``, ``--dtype`` and ``--offset`` run a slice of the points, so that the slices run side by
+side (the sanitizer's instrumentation is slow on the host: racecheck over every point took past
+170 s, and at N = 262144 one (N, dtype) slice of three offsets past 370 s).
 """
 import argparse
 import sys
@@ -63,12 +64,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, nargs="+", default=list(NS))
     p.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    p.add_argument("--offset", type=int, nargs="+", default=list(OFFSETS), choices=list(OFFSETS))
     a = p.parse_args(argv)
     for n in a.n:
         for dt in (DTYPES[d] for d in a.dtype):
-            for offset in OFFSETS:
+            for offset in a.offset:
                 run(n, dt, offset)
-            print(f"ran every kernel at N = {n}, {dt}, views at offsets {OFFSETS}", flush=True)
+            print(f"ran every kernel at N = {n}, {dt}, views at offsets {tuple(a.offset)}", flush=True)
     return 0
 
 

@@ -431,3 +431,48 @@ def test_the_training_fast_paths_pass_what_the_kernel_takes(path, monkeypatch):
     types = _parse_signature(str(e.value))
     assert len(types) == len(args), (types, [type(a) for a in args])
     assert all(_matches(a, t) for a, t in zip(args, types)), (types, [getattr(a, "dtype", type(a)) for a in args])
+
+
+@requires_gpu
+@pytest.mark.parametrize("m", [64, 4100])  # (cross-entropy's mean in the launch, and past IN_LAUNCH_MAX_ROWS)
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm", "softmax", "cross_entropy"])
+def test_a_training_call_takes_the_fast_path_and_gives_the_checked_paths_gradients(op, m):
+    """The first training step of a kind is checked and remembers its kernels; the second takes
+    them directly (their keys are in ``fast``) and gives the first step's outputs and gradients
+    bit for bit."""
+    from kernels import functional as Fn
+    x, w, b, t = _inputs(4096, m)
+    x, w, b = (v.clone().requires_grad_() for v in (x, w, b))
+    call = {"rmsnorm": lambda: kernels.rmsnorm(x, w), "layernorm": lambda: kernels.layernorm(x, w, b),
+            "softmax": lambda: kernels.softmax(x), "cross_entropy": lambda: kernels.cross_entropy(x, t)}[op]
+    leaves = {"rmsnorm": (x, w), "layernorm": (x, w, b)}.get(op, (x,))
+    fwd, bwd, key = {
+        "rmsnorm": (Fn._rms.RMSNorm, Fn._nb.RMSNormBackward, (x.dtype, 4096, True)),
+        "layernorm": (Fn._ln.LayerNorm, Fn._nb.LayerNormBackward, (x.dtype, 4096, True)),
+        "softmax": (Fn._sm.Softmax, Fn._sm.SoftmaxBackward, (x.dtype, 4096)),
+        "cross_entropy": (Fn._ce.CrossEntropy, Fn._ce.CrossEntropyBackward, (x.dtype, 4096, t.dtype)),
+    }[op]
+    for cls in (fwd, bwd):
+        cls.fast.clear()
+    steps = []
+    for _ in range(2):
+        y = call()
+        dy = torch.ones_like(y) if op == "cross_entropy" else torch.randn(y.shape, device="cuda",
+                                                                           generator=torch.Generator("cuda").manual_seed(1)).to(y.dtype)
+        steps.append((y.detach(),) + torch.autograd.grad(y, leaves, dy))
+        assert fwd.fast and bwd.fast, f"{op}: the checked step remembered no kernel"
+    assert any(k[:len(key)] == key for k in fwd.fast) and any(k[:len(key)] == key for k in bwd.fast)
+    for first, second in zip(*steps):
+        assert torch.equal(first, second), op
+
+
+@requires_gpu
+def test_the_mean_fast_path_refuses_targets_of_another_length():
+    """The compiled signature checks each tensor alone: a target of another length than the
+    logits' rows is refused by the fast path's own check and named by the checked path, never
+    read past its end."""
+    x, _, _, t = _inputs(4096)
+    kernels.cross_entropy(x, t)  # remembers the kernel
+    for bad in (t[:-1], torch.cat([t, t[:1]])):
+        with pytest.raises(ValueError, match="target"):
+            kernels.cross_entropy(x, bad)

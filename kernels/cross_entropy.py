@@ -248,14 +248,14 @@ class CrossEntropy(SplitTarget, RowOp):
 GROUP = 128
 #: The elements of ``work`` before the blocks' partials: the result and the count.
 WORK_HEAD = 2
+#: The most rows whose mean or sum is finished in the kernel's own launch: past this, the
+#: partials cost more than PyTorch's sum of the per-row losses (TUNING.md#cross-entropy-mean).
+IN_LAUNCH_MAX_ROWS = 2048
 
 
 def work_buffer(m: int, device) -> torch.Tensor:
     """The fp32 buffer a mean or sum of m rows finished in the launch needs (``CrossEntropy``)."""
     return torch.empty(WORK_HEAD + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
-#: The most rows whose mean or sum is finished in the kernel's own launch: past this, the
-#: partials cost more than PyTorch's sum of the per-row losses (TUNING.md#cross-entropy-mean).
-IN_LAUNCH_MAX_ROWS = 2048
 
 
 class CrossEntropyBackward(RowOp):
@@ -394,7 +394,8 @@ def training_mean_fast(logits, target, ignore_index):
     call remembered (``_remembered_as``), or None where there is none or its signature refuses
     the tensors (the checked path then says why). Past ``IN_LAUNCH_MAX_ROWS`` rows the per-row
     losses and counts are added up by one PyTorch sum. The loss and the count may share a buffer.
-    For CUDA logits (the eager training path's)."""
+    For CUDA logits only (the eager training path's, ``kernels.functional._eager``): the stream's
+    counter is allocated before the compiled signature would refuse another device."""
     m, n = logits.shape
     in_launch = m <= IN_LAUNCH_MAX_ROWS
     fn = CrossEntropy.fast.get((logits.dtype, n, target.dtype) + (("lse",) if in_launch else ("rows", "lse")))
@@ -488,7 +489,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
     else:
         count = counted_rows(target, ignore_index)
         out = loss.sum() / count[0]
-    if return_count:  # (a mean finished in the launch, or no mean: counted here, only when asked)
+    if return_count:  # (the kernel's count for a mean; without a mean counted here, only when asked)
         return out, lse, counted_rows(target, ignore_index) if count is None else count
     return (out, lse) if return_lse else out
 

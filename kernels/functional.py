@@ -5,9 +5,11 @@ Each training op (RMSNorm, LayerNorm, softmax, cross-entropy) is a ``torch.libra
 traces a model that calls it without a graph break, and with its autograd registered, so
 gradients flow and CUDA graphs capture forward and backward. The public functions take the
 custom op only while torch.compile traces; an eager call that needs a gradient runs the same
-forward, setup and backward functions as one ``torch.autograd.Function`` (``_Eager``: the
-dispatcher's way through a custom op and its backward op cost the host more than the kernels'
-launches), and any other call goes straight to the kernel.
+setup and backward functions, and the same forward (cross-entropy's with a fast path of its own,
+``_cross_entropy_fwd_eager``), as one ``torch.autograd.Function`` (``_Eager``: the dispatcher's
+way through a custom op and its backward op cost the host more than the kernels' launches), and
+any other call goes straight to the kernel. After a first, checked call, the forward and the
+backward of a training call launch the compiled function that call remembered (``_fast``).
 
 The backward passes are kernels of the template too (``SoftmaxBackward``,
 ``CrossEntropyBackward``, and ``kernels.norm_backward`` for RMSNorm's and LayerNorm's, whose
@@ -60,11 +62,14 @@ def _eager_only(config, name):
                          "torch.compile or autograd")
 
 
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+
+
 def _eager(*tensors) -> bool:
-    """Plain CUDA tensors outside torch.compile: a custom op's body may be called directly.
-    Traced tensors (fake, functional) and meta tensors take the op, whose fake implementation
-    they need; tensors on other devices take it too, and are refused by its checks."""
-    return not torch.compiler.is_compiling() and all([t is None or (type(t) is Tensor and t.is_cuda)
+    """Plain CUDA tensors (or a module's parameters) outside torch.compile: a custom op's body may
+    be called directly. Traced tensors (fake, functional) and meta tensors take the op, whose fake
+    implementation they need; tensors on other devices take it too, and are refused by its checks."""
+    return not torch.compiler.is_compiling() and all([t is None or (type(t) in _PLAIN_TYPES and t.is_cuda)
                                                       for t in tensors])
 
 
@@ -193,7 +198,7 @@ def _rmsnorm_bwd(ctx, dy, _drstd):
     if not _eager(dy, x, weight):
         dx, dw = rmsnorm_backward(dy, x, weight, rstd)
         return dx, (dw if ctx.needs_input_grad[1] else None), None
-    dx, (dw,) = _nb.backward(_nb.RMSNormBackward, dy, x, weight, (rstd,), _norm_key(x, weight))
+    dx, (dw,) = _nb.autograd_backward(_nb.RMSNormBackward, dy, x, weight, (rstd,), _norm_key(x, weight))
     return dx, (dw.to(weight.dtype) if ctx.needs_input_grad[1] else None), None
 
 
@@ -299,7 +304,7 @@ def _layernorm_bwd(ctx, dy, _dmean, _drstd):
     if not _eager(dy, x, weight):
         dx, dw, db = layernorm_backward(dy, x, weight, mean, rstd, ctx.has_bias)
         return dx, (dw if ctx.needs_input_grad[1] else None), (db if ctx.needs_input_grad[2] else None), None
-    dx, (dw, db) = _nb.backward(_nb.LayerNormBackward, dy, x, weight, (mean, rstd), _norm_key(x, weight))
+    dx, (dw, db) = _nb.autograd_backward(_nb.LayerNormBackward, dy, x, weight, (mean, rstd), _norm_key(x, weight))
     return (dx, dw.to(weight.dtype) if ctx.needs_input_grad[1] else None,
             db.to(dy.dtype) if ctx.needs_input_grad[2] else None, None)
 

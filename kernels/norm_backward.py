@@ -159,7 +159,7 @@ def max_active_clusters(compiled, cfg, smem_bytes: int) -> int:
         return 0
 
 
-def backward(op, dy, x, weight, stats, key):
+def autograd_backward(op, dy, x, weight, stats, key):
     """(dx, the sums over rows) of ``op`` for autograd's backward: through the kernel and block
     count a checked call remembered under ``key`` (``RowOp.fast``), else checked (and then
     remembered). Only for tensors whose shapes agree by construction, as autograd's do: the
@@ -204,13 +204,14 @@ def _launch(op, dy, x, weight, stats, dx, config, remember=None):
 def rmsnorm_backward_out(dy, x, weight, rstd, dx, *, config=None, remember=None):
     """Write RMSNorm's input gradient into ``dx`` from dy, the forward's x and rstd (fp32, one a
     row); returns the weight's gradient (fp32, N; None without a weight). ``remember``: the key
-    under which :func:`backward_fast` finds the kernel."""
+    under which :func:`autograd_backward` finds the kernel."""
     (dw,) = _launch(RMSNormBackward, dy, x, weight, (rstd,), dx, config, remember)
     return dw if weight is not None else None
 
 
 def layernorm_backward_out(dy, x, weight, mean, rstd, dx, *, config=None, remember=None):
     """Write LayerNorm's input gradient into ``dx`` from dy, the forward's x, mean and rstd; returns
-    the weight's and the bias's gradients (fp32, N; the weight's None without a weight)."""
+    the weight's and the bias's gradients (fp32, N; the weight's None without a weight).
+    ``remember``: as :func:`rmsnorm_backward_out`'s."""
     dw, db = _launch(LayerNormBackward, dy, x, weight, (mean, rstd), dx, config, remember)
     return (dw if weight is not None else None), db

@@ -55,7 +55,8 @@ def rmsnorm_out(x: torch.Tensor, weight: torch.Tensor | None, out: torch.Tensor,
     the key under which a fast path of ``kernels.functional`` finds the kernel (``RowOp.fast``)."""
     rows = validate.rows(x, cuda=False)
     validate.like(x, out)
-    _launch(x, rows, weight, validate.rows(out, "out", cuda=False), eps, rstd, config, remember)
+    _launch(x, rows, weight, validate.rows(out, "out", cuda=False), eps, rstd, config,
+            remember if config is None else None)
     return out
 
 

@@ -98,8 +98,9 @@ class RowOp:
     #: default: int64 for a "target", fp32 for the others).
     default_options: tuple = ()
 
-    #: (the public call's key) -> the compiled function its last checked call launched, for the
-    #: public functions' fast path (``kernels.functional``); each subclass has its own.
+    #: (a call's key) -> the compiled function its last checked call launched (with ``late``, the
+    #: pair of it and its last scalars), for the fast paths of the public functions and of
+    #: training calls (``kernels.functional``); each subclass has its own.
     fast: dict = {}
 
     def __init_subclass__(cls, **kwargs):

@@ -465,7 +465,7 @@ def test_eager_autograd_runs_each_ops_functions_without_its_custom_ops(monkeypat
         rows = torch.where(keep, g.expand(t.shape), 0.0)
         return out.copy_((torch.exp(x - lse[:, None]) - onehot) * rows[:, None])
     monkeypatch.setattr(KF._rms, "rmsnorm_out", rmsnorm_out)
-    monkeypatch.setattr(KF._nb, "backward", norm_backward)
+    monkeypatch.setattr(KF._nb, "autograd_backward", norm_backward)
     monkeypatch.setattr(KF._ln, "layernorm", layernorm_fwd)
     monkeypatch.setattr(KF._sm, "softmax", lambda x: torch.softmax(x, -1))
     monkeypatch.setattr(KF._sm, "softmax_backward_out", softmax_backward_out)
@@ -516,3 +516,8 @@ def test_eager_calls_that_need_a_gradient_take_one_autograd_function():
     t = torch.randint(0, 256, (8,), device="cuda")
     for y in (kernels.rmsnorm(x, w), kernels.layernorm(x, w, w), kernels.softmax(x), kernels.cross_entropy(x, t)):
         assert type(y.grad_fn).__name__ == "_EagerBackward", type(y.grad_fn).__name__
+    # a module's weights are parameters (a subclass of Tensor): they take the same path
+    from kernels import nn as knn
+    for module in (knn.RMSNorm(256), knn.LayerNorm(256)):
+        y = module.to("cuda", torch.bfloat16)(x)
+        assert type(y.grad_fn).__name__ == "_EagerBackward", (type(module).__name__, type(y.grad_fn).__name__)

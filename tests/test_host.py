@@ -382,15 +382,21 @@ def test_the_training_fast_paths_pass_what_the_kernel_takes(path, monkeypatch):
     monkeypatch.setattr(errors.FLAGS, "raise_if_set", lambda word=None: None)
     n, dt, i64, f32 = 1024, torch.bfloat16, torch.int64, torch.float32
     m = 2 * CE.IN_LAUNCH_MAX_ROWS if path == "cross_entropy_rows" else 4
-    x, w = torch.randn(m, n, dtype=dt), torch.randn(n, dtype=dt)
-    t, stat = torch.zeros(m, dtype=i64), torch.ones(m)
+    x, dy, w, b = torch.randn(m, n, dtype=dt), torch.randn(m, n, dtype=dt), torch.randn(n, dtype=dt), torch.randn(n, dtype=dt)
+    t, stat, stat2 = torch.zeros(m, dtype=i64), torch.ones(m), torch.ones(m)
     grads = lambda k: SimpleNamespace(needs_input_grad=(True,) * k)
     ce_ctx = SimpleNamespace(saved_tensors=(x, t, stat, torch.ones(1)), ignore_index=-100, reduction="mean",
                              inplace=False, smoothing=0.0, z=0.0)
+    # (position, tensor): the caller's tensors where the kernel takes them, by identity
+    at = {"rmsnorm": ((0, x), (2, w)), "layernorm": ((0, x), (2, w), (3, b)), "softmax": ((0, x),),
+          "cross_entropy": ((0, x), (1, t)), "cross_entropy_rows": ((0, x), (1, t)),
+          "softmax_bwd": ((0, x), (1, dy)), "cross_entropy_bwd": ((0, x), (2, t), (3, stat)),
+          "rmsnorm_bwd": ((0, x), (1, dy), (3, w), (4, stat)),
+          "layernorm_bwd": ((0, x), (1, dy), (3, w), (4, stat), (5, stat2))}[path]
     cls, key, call, compiled = {
         "rmsnorm": (RMSNorm, (dt, n, True, "rstd"), lambda: Fn._rmsnorm_fwd(x, w, 1e-6),
                     lambda: RMSNorm.compile(dt, n, 8, (True, True))),
-        "layernorm": (LayerNorm, (dt, n, True, True, "stats"), lambda: Fn._layernorm_fwd(x, w, w, 1e-5),
+        "layernorm": (LayerNorm, (dt, n, True, True, "stats"), lambda: Fn._layernorm_fwd(x, w, b, 1e-5),
                       lambda: LayerNorm.compile(dt, n, 8, (True, True, True, True))),
         "softmax": (Softmax, (dt, n), lambda: Fn._softmax_fwd(x), lambda: Softmax.compile(dt, n, 8)),
         "cross_entropy": (CrossEntropy, (dt, n, i64, "lse"),
@@ -400,32 +406,50 @@ def test_the_training_fast_paths_pass_what_the_kernel_takes(path, monkeypatch):
                                lambda: Fn._cross_entropy_fwd_eager(x, t, -100, "mean", 0.0, 0.0, False),
                                lambda: CrossEntropy.compile(dt, n, 8, (True, True, True, False, False), None, None,
                                                             ("none", False, False))),
-        "softmax_bwd": (SoftmaxBackward, (dt, n), lambda: Fn._softmax_bwd(SimpleNamespace(saved_tensors=(x,)), x),
+        "softmax_bwd": (SoftmaxBackward, (dt, n), lambda: Fn._softmax_bwd(SimpleNamespace(saved_tensors=(x,)), dy),
                         lambda: SoftmaxBackward.compile(dt, n, 8)),
         "cross_entropy_bwd": (CrossEntropyBackward, (dt, n, i64, False, False, False),
                               lambda: Fn._cross_entropy_bwd(ce_ctx, torch.ones(()), None, None),
                               lambda: CrossEntropyBackward.compile(dt, n, 8, (), (i64, f32, f32), None,
                                                                    (False, False, False))),
         "rmsnorm_bwd": (RMSNormBackward, (dt, n, True, -1),
-                        lambda: Fn._rmsnorm_bwd(SimpleNamespace(saved_tensors=(x, w, stat), **vars(grads(2))), x, None),
+                        lambda: Fn._rmsnorm_bwd(SimpleNamespace(saved_tensors=(x, w, stat), **vars(grads(2))), dy, None),
                         lambda: RMSNormBackward.compile(dt, n, 8, (True,))),
         "layernorm_bwd": (LayerNormBackward, (dt, n, True, -1),
-                          lambda: Fn._layernorm_bwd(SimpleNamespace(saved_tensors=(x, w, stat, stat), **vars(grads(3))),
-                                                    x, None, None),
+                          lambda: Fn._layernorm_bwd(SimpleNamespace(saved_tensors=(x, w, stat, stat2), **vars(grads(3))),
+                                                    dy, None, None),
                           lambda: LayerNormBackward.compile(dt, n, 8, (True,))),
     }[path]
     recorded = []
 
-    def record(args):
+    def record(args):  # as a launch: the call returns what the kernel would have written
         recorded.append(args)
-        raise ValueError("recorded")
-    cls.fast[key] = (record, (4,)) if path.endswith("norm_bwd") else record
+
+    def refuse(args):
+        raise ValueError("refused")
     try:
+        cls.fast[key] = (refuse, (4,)) if path.endswith("norm_bwd") else refuse
         with pytest.raises(ValueError, match="CUDA device|must be on|device"):
-            call()  # recorded, refused, then the checked path's own error
+            call()  # refused: the checked path and its own error
+        cls.fast[key] = (record, (4,)) if path.endswith("norm_bwd") else record
+        got = call()
     finally:
         cls.fast.pop(key)
     (args,) = recorded
+    assert all(args[i] is want for i, want in at), path
+    # what the call returns is what the kernel wrote, in the places its signature names
+    written = {"rmsnorm": ((0, 1), (1, 3)), "layernorm": ((0, 1), (1, 4), (2, 5)), "softmax": ((None, 1),),
+               "cross_entropy": ((1, 2),), "cross_entropy_rows": ((1, 3),), "softmax_bwd": ((None, 2),),
+               "cross_entropy_bwd": ((0, 1),), "rmsnorm_bwd": ((0, 2),), "layernorm_bwd": ((0, 2),)}[path]
+    assert all((got if k is None else got[k]) is args[i] for k, i in written), path
+    if path == "cross_entropy":  # the mean and the count: elements 0 and 1 of the work buffer
+        assert got[0].data_ptr() == args[3].data_ptr() and got[2].data_ptr() == args[3].data_ptr() + 4
+    if path == "cross_entropy_rows":  # the losses, the lse, the counts: rows 1 and 0 of one buffer, the lse apart
+        loss, lse, valid = args[2:5]
+        assert loss.untyped_storage().data_ptr() == valid.untyped_storage().data_ptr() != lse.data_ptr()
+        assert valid.data_ptr() < loss.data_ptr()
+    if path.endswith("norm_bwd"):  # a row of partials for each of the remembered blocks
+        assert args[-1] == 4 and all(p.shape == (4, n) for p in args[-1 - len(cls.col_out):-1])
     with pytest.raises(ValueError, match="expected device_type=cuda") as e:
         compiled().fn(args)
     types = _parse_signature(str(e.value))
@@ -454,14 +478,27 @@ def test_a_training_call_takes_the_fast_path_and_gives_the_checked_paths_gradien
     }[op]
     for cls in (fwd, bwd):
         cls.fast.clear()
+    calls = {fwd: 0, bwd: 0}
+
+    def counted(cls, fn):
+        def call_and_count(args):
+            calls[cls] += 1
+            return fn(args)
+        return call_and_count
     steps = []
-    for _ in range(2):
+    for step in range(2):
         y = call()
         dy = torch.ones_like(y) if op == "cross_entropy" else torch.randn(y.shape, device="cuda",
                                                                            generator=torch.Generator("cuda").manual_seed(1)).to(y.dtype)
         steps.append((y.detach(),) + torch.autograd.grad(y, leaves, dy))
-        assert fwd.fast and bwd.fast, f"{op}: the checked step remembered no kernel"
-    assert any(k[:len(key)] == key for k in fwd.fast) and any(k[:len(key)] == key for k in bwd.fast)
+        if step == 0:  # the checked step remembered its kernels: count their calls from here on
+            for cls in (fwd, bwd):
+                mine = [k for k in cls.fast if k[:len(key)] == key]
+                assert mine, f"{op}: {cls.__name__}'s checked step remembered no kernel"
+                for k in mine:
+                    v = cls.fast[k]
+                    cls.fast[k] = (counted(cls, v[0]), v[1]) if isinstance(v, tuple) else counted(cls, v)
+    assert calls[fwd] == 1 and calls[bwd] == 1, (op, calls)  # the second step's forward and backward
     for first, second in zip(*steps):
         assert torch.equal(first, second), op
 

@@ -60,9 +60,9 @@ class SplitTarget:
 
 class CrossEntropy(SplitTarget, RowOp):
     """options: (reduction, smoothing, zloss). For "mean" and "sum", ``work`` holds the result
-    (element 0) and the count of rows not ignored (element 1, fp32: the count a mean's backward
-    divides by), then each block's partial sum and then its count (at most M of each), and
-    ``counter`` counts the blocks done. With ``smoothing`` the loss is torch's with
+    (element 0), then each block's partial sum and then its count of rows not ignored (at most M
+    of each), the groups' partials, and last the count of rows not ignored (fp32: the count a
+    mean's backward divides by); ``counter`` counts the blocks done. With ``smoothing`` the loss is torch's with
     label smoothing e, (1 - e) (lse - x_t) + e (lse - mean(x)), the row's sum reduced in the same
     exchange (logits of -inf left out of it, where torch's loss would be infinite); with
     ``zloss`` it adds z lse^2 (PaLM's z-loss)."""
@@ -187,21 +187,21 @@ class CrossEntropy(SplitTarget, RowOp):
             groups = (blocks + GROUP - 1) // GROUP
             group = bidx // GROUP
             in_group = cutlass.min(GROUP, blocks - group * GROUP)
-            at_groups = WORK_HEAD + 2 * m  # work: result, count, block sums, block counts, groups'
+            at_groups = 1 + 2 * m  # work: [0] result, [1, 1 + m) block sums, then counts, groups', the count last
             if b.rank == 0:  # a cluster's other blocks write no losses
                 cute.arch.barrier()
                 if tidx == 0:
                     total, count = Float32(0.0), Int32(0)
                     for r in cutlass.range(cfg.rows_per_block):
                         total, count = total + sums[r], count + counts[r]
-                    work[WORK_HEAD + bidx] = total
-                    work[WORK_HEAD + m + bidx] = count.bitcast(Float32)
+                    work[1 + bidx] = total
+                    work[1 + m + bidx] = count.bitcast(Float32)
                     done = cute.arch.atomic_add((counter.iterator + 1 + group), Int32(1), sem="acq_rel", scope="gpu")
                     last[0] = Int32(done == in_group - 1)
                 cute.arch.barrier()
                 if last[0] != 0:  # this block closes its group
                     cute.arch.fence_acq_rel_gpu()
-                    total, count = self.block_sum(b, work, WORK_HEAD + group * GROUP, WORK_HEAD + m + group * GROUP, in_group)
+                    total, count = self.block_sum(b, work, 1 + group * GROUP, 1 + m + group * GROUP, in_group)
                     if tidx == 0:
                         work[at_groups + group] = total
                         work[at_groups + groups + group] = count.bitcast(Float32)
@@ -216,7 +216,7 @@ class CrossEntropy(SplitTarget, RowOp):
                             if const_expr(self.reduction == "mean"):
                                 total = total / Float32(count)
                             work[0] = total
-                            work[1] = Float32(count)
+                            work[cute.size(work) - 1] = Float32(count)
                             counter[0] = Int32(0)
 
     @cute.jit
@@ -246,16 +246,15 @@ class CrossEntropy(SplitTarget, RowOp):
 
 #: Blocks whose partials one block of cross-entropy's reduced loss adds up (the first level).
 GROUP = 128
-#: The elements of ``work`` before the blocks' partials: the result and the count.
-WORK_HEAD = 2
 #: The most rows whose mean or sum is finished in the kernel's own launch: past this, the
 #: partials cost more than PyTorch's sum of the per-row losses (TUNING.md#cross-entropy-mean).
 IN_LAUNCH_MAX_ROWS = 2048
 
 
 def work_buffer(m: int, device) -> torch.Tensor:
-    """The fp32 buffer a mean or sum of m rows finished in the launch needs (``CrossEntropy``)."""
-    return torch.empty(WORK_HEAD + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
+    """The fp32 buffer a mean or sum of m rows finished in the launch needs (``CrossEntropy``):
+    the result, the blocks' and the groups' partials, and the count last."""
+    return torch.empty(2 + 2 * m + 2 * (m // GROUP + 1), dtype=torch.float32, device=device)
 
 
 class CrossEntropyBackward(RowOp):
@@ -416,7 +415,7 @@ def training_mean_fast(logits, target, ignore_index):
     except (ValueError, TypeError):
         return None
     if in_launch:
-        return work[0], lse, work[1:2]
+        return work[0], lse, work[-1:]
     sums = per_row.sum(1)
     return sums[1] / sums[0], lse, sums[:1]
 
@@ -475,12 +474,12 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int 
                             if config is None and reduction == "mean" and not label_smoothing
                             and not lse_square_scale else None)
     elif work is not None:
-        work[0], work[1] = (0.0 if reduction == "sum" else math.nan), 0.0
+        work[0], work[-1] = (0.0 if reduction == "sum" else math.nan), 0.0
     count = None
     if in_launch == reduction:
         out = loss if reduction == "none" else work[0]
         if reduction == "mean" and return_count:  # (a copy: a custom op's outputs may not alias)
-            count = work[1:2].clone()
+            count = work[-1:].clone()
     elif reduction == "sum":
         out = loss.sum()
     elif counted:

@@ -228,18 +228,11 @@ def test_loads_ahead_issue_the_next_pass_before_the_fold(n):
 
     def lines(ptx, prefix):
         return [i for i, ln in enumerate(ptx.splitlines()) if ln.strip().startswith(prefix)]
-    import torch
-
-    from kernels.cross_entropy import CrossEntropy
-    from kernels.inspect import report
     base = RowConfig(256, 256, 1, 8, 4, passes=n // (256 * 8 * 4), stage="stream")
     assert base.passes >= 4
     regs = {}
     for ahead in (0, 1):
-        # (the per-row losses, as a long row's suite point launches them: the row loop alone, no
-        # mean's last-block code beside it to move the register count)
-        rep = report(CrossEntropy.compile(torch.bfloat16, n, config=replace(base, ahead=ahead),
-                                          present=(True, False, False, False, False), options=("none", False, False)))
+        rep = inspect_op("cross_entropy", "bf16", n, config=replace(base, ahead=ahead))
         assert rep.frame_bytes == 0
         loads, exps = lines(rep.ptx, "ld.global.v4"), lines(rep.ptx, "ex2.approx")
         second_pass = loads[base.vecs_per_thread]  # the first load after pass 0's

@@ -122,13 +122,21 @@ def _launched(fn, args) -> bool:
     return True
 
 
+def _launch_remembered(op, x, key: tuple, args: tuple, checked) -> None:
+    """Launch ``args`` through the kernel remembered under (x's dtype, N) + key (``_fast``), or
+    else call ``checked(remember)``, the checked path, which remembers its kernel under that key."""
+    fn = _fast(op, x, *key)
+    if fn is None or not _launched(fn, args):
+        checked((x.dtype, x.shape[-1]) + key)
+
+
 # ---- RMSNorm --------------------------------------------------------------------------------
 def _rmsnorm_fwd(x: Tensor, weight: Optional[Tensor], eps: float) -> tuple[Tensor, Tensor]:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = torch.empty(_stats_shape(x), dtype=torch.float32, device=x.device)
-    fn = _fast(_rms.RMSNorm, x, weight is not None, "rstd")
-    if fn is None or not _launched(fn, (x, out) + ((weight,) if weight is not None else ()) + (rstd, float(eps))):
-        _rms.rmsnorm_out(x, weight, out, eps, rstd=rstd.view(-1), remember=(x.dtype, x.shape[-1], weight is not None, "rstd"))
+    _launch_remembered(_rms.RMSNorm, x, (weight is not None, "rstd"),
+                       (x, out) + ((weight,) if weight is not None else ()) + (rstd, float(eps)),
+                       lambda key: _rms.rmsnorm_out(x, weight, out, eps, rstd=rstd.view(-1), remember=key))
     return out, rstd
 
 
@@ -379,9 +387,8 @@ def _softmax_bwd(ctx, dy):
     if not _eager(dy, y):
         return _softmax_backward_op(dy, y)
     dx = torch.empty_like(y)
-    fn = _fast(_sm.SoftmaxBackward, y)
-    if fn is None or not _launched(fn, (y, dy, dx)):
-        _sm.softmax_backward_out(dy, y, dx, remember=(y.dtype, y.shape[-1]))
+    _launch_remembered(_sm.SoftmaxBackward, y, (), (y, dy, dx),
+                       lambda key: _sm.softmax_backward_out(dy, y, dx, remember=key))
     return dx
 
 
@@ -490,12 +497,11 @@ def _cross_entropy_bwd(ctx, dloss, _dlse, _dcount):
         return (_cross_entropy_backward_op(*args),) + rest
     dlogits = logits if ctx.inplace else torch.empty_like(logits)
     options = (g.numel() != 1 or logits.shape[0] == 1, ctx.smoothing != 0, ctx.z != 0)  # (per-row g, as launched)
-    fn = _fast(_ce.CrossEntropyBackward, logits, target.dtype, *options)
-    if fn is None or not _launched(fn, (logits, dlogits, target, lse, g, ctx.ignore_index, float(ctx.smoothing),
-                                        float(ctx.z))):
-        _ce.cross_entropy_backward_out(g, logits, target, lse, dlogits, ctx.ignore_index, label_smoothing=ctx.smoothing,
-                                       lse_square_scale=ctx.z,
-                                       remember=(logits.dtype, logits.shape[-1], target.dtype) + options)
+    _launch_remembered(_ce.CrossEntropyBackward, logits, (target.dtype,) + options,
+                       (logits, dlogits, target, lse, g, ctx.ignore_index, float(ctx.smoothing), float(ctx.z)),
+                       lambda key: _ce.cross_entropy_backward_out(g, logits, target, lse, dlogits, ctx.ignore_index,
+                                                                  label_smoothing=ctx.smoothing,
+                                                                  lse_square_scale=ctx.z, remember=key))
     return (dlogits,) + rest
 
 

@@ -356,31 +356,10 @@ def _counter(device: torch.device) -> torch.Tensor:
     return c
 
 
-def mean_fast(fn, logits, target, ignore_index):
-    """The mean loss of ``logits`` through ``fn``, the compiled kernel a checked call remembered
-    (``RowOp.fast``), with only what the compiled signature cannot check done here: the report of
-    an earlier bad target, the row count that a mean in the launch takes, and its buffers."""
-    m = logits.shape[0]
-    # (the compiled signature checks each tensor alone: the targets' M against the logits' is ours)
-    if m > IN_LAUNCH_MAX_ROWS or target.shape != (m,):
-        return None
-    errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)  # raises: a report is never swallowed below
-    if not logits.is_cuda:
-        return None
-    device = logits.device
-    work = work_buffer(m, device)
-    args = mean_args(logits, target, ignore_index, work, _counter(device), errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET))
-    try:
-        fn(args)
-    except (ValueError, TypeError):  # refused before launching: the checked path says why
-        return None
-    return work[0]
-
-
 def _remembered_as(logits, target, in_launch, counted, return_lse):
-    """The key under which a checked call of the default mean remembers its kernel for the fast
-    paths: the public call's (the mean in the launch, nothing else written), and a training
-    forward's, which also writes each row's lse (the mean in the launch, or past
+    """The key under which a checked call of the default mean remembers its kernel for
+    :func:`mean_fast`: the public call's (the mean in the launch, nothing else written), and a
+    training forward's, which also writes each row's lse (the mean in the launch, or past
     ``IN_LAUNCH_MAX_ROWS`` rows the rows' losses and counts, added up after)."""
     key = (logits.dtype, logits.shape[1], target.dtype)
     if not return_lse:
@@ -388,42 +367,52 @@ def _remembered_as(logits, target, in_launch, counted, return_lse):
     return key + ("lse",) if in_launch == "mean" else key + ("rows", "lse") if counted else None
 
 
-def training_mean_fast(logits, target, ignore_index):
-    """The default mean's (loss, lse, count) for a training forward, through the kernel a checked
-    call remembered (``_remembered_as``), or None where there is none or its signature refuses
-    the tensors (the checked path then says why). Past ``IN_LAUNCH_MAX_ROWS`` rows the per-row
-    losses and counts are added up by one PyTorch sum. The loss and the count may share a buffer.
-    For CUDA logits only (the eager training path's, ``kernels.functional._eager``): the stream's
-    counter is allocated before the compiled signature would refuse another device."""
+def mean_fast(logits, target, ignore_index, with_lse: bool = False):
+    """The default mean of (M, N) ``logits`` through the kernel a checked call remembered
+    (``_remembered_as``), with only what the compiled signature cannot check done here: the report
+    of an earlier bad target, the targets' M against the logits' (the signature checks each tensor
+    alone), the row count the mean takes, and its buffers. Returns the mean, or with ``with_lse``
+    (a training forward) (the mean, each row's lse, the count of rows not ignored), which may share
+    a buffer; past ``IN_LAUNCH_MAX_ROWS`` rows (with ``with_lse`` only) the per-row losses and
+    counts are added up by one PyTorch sum. None where there is no such kernel or its signature
+    refuses the tensors: the checked path then says why."""
     m, n = logits.shape
     in_launch = m <= IN_LAUNCH_MAX_ROWS
-    fn = CrossEntropy.fast.get((logits.dtype, n, target.dtype) + (("lse",) if in_launch else ("rows", "lse")))
-    if fn is None or m > 2**24 or target.shape != (m,):
+    if not (in_launch or with_lse) or m > 2**24 or target.shape != (m,):
         return None
-    errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)
+    fn = CrossEntropy.fast.get((logits.dtype, n, target.dtype)
+                               + ((("lse",) if in_launch else ("rows", "lse")) if with_lse else ()))
+    if fn is None:
+        return None
+    errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)  # raises: a report is never swallowed below
+    if not (with_lse or logits.is_cuda):  # (a training forward's logits are CUDA's: ``functional._eager``)
+        return None
     device = logits.device
-    lse = torch.empty(m, dtype=torch.float32, device=device)
+    lse = torch.empty(m, dtype=torch.float32, device=device) if with_lse else None
     flag = errors.FLAGS.address(errors.CROSS_ENTROPY_TARGET)
     if in_launch:
         work = work_buffer(m, device)
-        args = (logits, target, lse, work, _counter(device), ignore_index, flag, 0.0, 0.0)
+        args = mean_args(logits, target, ignore_index, work, _counter(device), flag, lse)
     else:
         per_row = torch.empty(2, m, dtype=torch.float32, device=device)  # (the counts, the losses)
         args = (logits, target, per_row[1], lse, per_row[0], ignore_index, flag, 0.0, 0.0)
     try:
         fn(args)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError):  # refused before launching: the checked path says why
         return None
+    if not with_lse:
+        return work[0]
     if in_launch:
         return work[0], lse, work[-1:]
     sums = per_row.sum(1)
     return sums[1] / sums[0], lse, sums[:1]
 
 
-def mean_args(logits, target, ignore_index, work, counter, flag_address):
+def mean_args(logits, target, ignore_index, work, counter, flag_address, lse=None):
     """The compiled mean kernel's arguments, in the order ``RowOp.launch`` passes them (rows,
-    per-row inputs, the present extra tensors, scalars; no label smoothing, no z-loss)."""
-    return (logits, target, work, counter, ignore_index, flag_address, 0.0, 0.0)
+    per-row inputs, the present row outputs and extra tensors, scalars; no label smoothing, no
+    z-loss)."""
+    return (logits, target) + ((lse,) if lse is not None else ()) + (work, counter, ignore_index, flag_address, 0.0, 0.0)
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,

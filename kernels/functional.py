@@ -218,14 +218,11 @@ def rmsnorm(x: Tensor, weight: Optional[Tensor] = None, eps: float = 1e-6, *, co
     """RMSNorm over the last dim of x (fp32, bf16 or fp16; any leading shape), differentiable in
     x and weight."""
     if config is None and _plain(x, weight):
-        fn = _rms.RMSNorm.fast.get((x.dtype, x.shape[1], weight is not None))
+        fn = _fast(_rms.RMSNorm, x, weight is not None)
         if fn is not None:
             out = torch.empty_like(x, memory_format=torch.contiguous_format)
-            try:
-                fn((x, out, weight, float(eps)) if weight is not None else (x, out, float(eps)))
+            if _launched(fn, (x, out, weight, float(eps)) if weight is not None else (x, out, float(eps))):
                 return out
-            except (ValueError, TypeError):  # refused before launching: the checked path says why
-                pass
     if _needs_autograd(x, weight):
         _eager_only(config, "rmsnorm")
         if _eager(x, weight):
@@ -326,15 +323,12 @@ def layernorm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor]
     """LayerNorm over the last dim of x, as ``torch.nn.functional.layer_norm``; differentiable in
     x, weight and bias. With ``return_stats``, also each row's mean and rstd (fp32)."""
     if config is None and not return_stats and _plain(x, weight, bias):
-        fn = _ln.LayerNorm.fast.get((x.dtype, x.shape[1], weight is not None, bias is not None))
+        fn = _fast(_ln.LayerNorm, x, weight is not None, bias is not None)
         if fn is not None:
             out = torch.empty_like(x, memory_format=torch.contiguous_format)
-            try:
-                fn((x, out, weight, bias, float(eps)) if weight is not None and bias is not None else
-                   (x, out) + tuple([t for t in (weight, bias) if t is not None]) + (float(eps),))
+            if _launched(fn, (x, out, weight, bias, float(eps)) if weight is not None and bias is not None else
+                         (x, out) + tuple([t for t in (weight, bias) if t is not None]) + (float(eps),)):
                 return out
-            except (ValueError, TypeError):
-                pass
     if _needs_autograd(x, weight, bias):
         _eager_only(config, "layernorm")
         y, mean, rstd = (_Eager.apply(x, weight, bias, eps, _LAYERNORM) if _eager(x, weight, bias) else
@@ -399,14 +393,11 @@ _SOFTMAX = (_softmax_fwd, _softmax_setup, _softmax_bwd, 0)
 def softmax(x: Tensor, dim: int = -1, *, config=None) -> Tensor:
     """Softmax of x along its last dim, differentiable in x."""
     if config is None and dim == -1 and _plain(x):
-        fn = _sm.Softmax.fast.get((x.dtype, x.shape[1]))
+        fn = _fast(_sm.Softmax, x)
         if fn is not None:
             out = torch.empty_like(x, memory_format=torch.contiguous_format)
-            try:
-                fn((x, out))
+            if _launched(fn, (x, out)):
                 return out
-            except (ValueError, TypeError):
-                pass
     if _needs_autograd(x):
         _eager_only(config, "softmax")
         if dim != -1 and dim != x.dim() - 1:
@@ -433,7 +424,7 @@ def _cross_entropy_fwd_eager(logits, target, ignore_index, reduction, label_smoo
     (whose loss and count may share a buffer, as a custom op's outputs may not)."""
     if (reduction == "mean" and not (label_smoothing or lse_square_scale) and logits.ndim == 2 and logits.shape[0]
             and type(target) is Tensor and -(2**31) <= ignore_index < 2**31):
-        got = _ce.training_mean_fast(logits, target, ignore_index)
+        got = _ce.mean_fast(logits, target, ignore_index, with_lse=True)
         if got is not None:
             return got
     return _cross_entropy_fwd(logits, target, ignore_index, reduction, label_smoothing, lse_square_scale,
@@ -520,11 +511,9 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
     (``kernels.errors``)."""
     if (config is None and reduction == "mean" and not (label_smoothing or lse_square_scale or return_lse)
             and _plain(logits) and type(target) is Tensor and -(2**31) <= ignore_index < 2**31):
-        fn = _ce.CrossEntropy.fast.get((logits.dtype, logits.shape[1], target.dtype))
-        if fn is not None:
-            loss = _ce.mean_fast(fn, logits, target, ignore_index)
-            if loss is not None:
-                return loss
+        loss = _ce.mean_fast(logits, target, ignore_index)
+        if loss is not None:
+            return loss
     if _needs_autograd(logits):
         _eager_only(config, "cross_entropy")
         args = (logits, target, ignore_index, reduction, float(label_smoothing), float(lse_square_scale),

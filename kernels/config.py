@@ -318,6 +318,11 @@ class RowConfig:
             raise ValueError("threads_per_row must divide threads_per_block")
         if not 1 <= self.cluster_n <= MAX_CLUSTER or self.cluster_n & (self.cluster_n - 1):
             raise ValueError(f"cluster_n must be a power of two <= {MAX_CLUSTER}")
+        if self.cluster_n > 1 and p < 32:
+            # each warp sends the cluster one partial, of one row: a warp holding two rows would
+            # send half the bytes its peers wait for, and they would wait forever
+            raise ValueError(f"a row split over a cluster takes whole warps: threads_per_row >= 32 "
+                             f"with cluster_n = {self.cluster_n}, got {p}")
         if self.cluster_n > 1 and self.warps_per_row * self.cluster_n > 32 * 16:
             raise ValueError("too many partials for one cluster exchange")
         if self.head and elem_bits is not None and self.vec * elem_bits != 128:

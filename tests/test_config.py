@@ -90,6 +90,10 @@ def test_rejects_what_it_cannot_do():
             cfg.check(2048)
     RowConfig(128, 128, 2, 8, 1).check(2048)  # each block of the cluster gets half the row
     RowConfig(128, 128, 2, 8, 2).check(2056)  # the second block gets the last 8 columns
+    # a warp holding two rows would send its cluster half the partials they wait for (a hang)
+    with pytest.raises(ValueError, match="whole warps"):
+        RowConfig(16, 64, 2, 8, 1, passes=12, stage="stream", ahead=True).check(3000)
+    RowConfig(32, 64, 2, 8, 1, passes=6, stage="stream", ahead=True).check(3000)
     with pytest.raises(ValueError, match="max_tier"):
         row_config("rmsnorm", 1024, 16, max_tier="grid")
     with pytest.raises(ValueError, match="in registers"):

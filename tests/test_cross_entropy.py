@@ -57,6 +57,9 @@ def test_loads_ahead(n, cluster, dtype):
     from kernels.config import row_config
     bits = torch.finfo(dtype).bits
     base = row_config("cross_entropy", n, bits)
+    if cluster > 1:  # (a row split over a cluster takes whole warps)
+        tpr = max(32, base.threads_per_row)
+        base = replace(base, threads_per_row=tpr, threads_per_block=max(tpr, base.threads_per_block))
     for vecs in (1, 2):
         cfg = replace(base, cluster_n=cluster, vecs_per_thread=vecs, ahead=True,
                       passes=-(-n // (base.vec * base.threads_per_row * cluster * vecs)))

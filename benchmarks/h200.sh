@@ -46,14 +46,21 @@ case $stage in
       for n in ${SANITIZE_NS:-$(python3 -c "from benchmarks.sanitize import NS; print(*NS)")}; do for dt in bf16 fp32; do
         for off in $offsets; do
           if [ -n "${SANITIZE_BY_OFFSET:-}" ]; then part=(--offset $off); name=${tool}_${n}_${dt}_offset$off; else part=(); name=${tool}_${n}_$dt; fi
+          [ $tool = synccheck ] && part+=(--max-clusters 4)  # (its limitation: benchmarks/sanitize.py)
           timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool $tool --report-api-errors no \
             python3 -m benchmarks.sanitize --n $n --dtype $dt "${part[@]}" > "$log/sanitize_$name.log" 2>&1 &
         done
       done; done
+      if [ $tool = synccheck ]; then  # the probe of its limitation: clusters of 16 sharing SMs, one an SM, of 8, one
+        for p in "16 40 8192" "16 40 122880" "8 80 8192" "16 1 8192"; do
+          timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool synccheck --report-api-errors no \
+            python3 -m benchmarks.sanitize --probe $p > "$log/sanitize_synccheck_probe_${p// /_}.log" 2>&1 &
+        done
+      fi
     done
     wait
     for f in "$log"/sanitize_*.log; do
-      echo "$(basename "$f" .log): $(grep -c '^ran every' "$f") ran, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1)"
+      echo "$(basename "$f" .log): $(grep -c '^ran every' "$f") ran, $(grep -E '^probe:' "$f")$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f" | tail -1)"
     done
     cat "$log"/sanitize_*.log > "$log/sanitize.log" ;;
   mamba2)

@@ -32,7 +32,18 @@ case $stage in
     [ $# -gt 0 ] || set -- tests --ignore=tests/test_book.py --ignore=tests/test_inspect.py --ignore=tests/test_config.py \
       --ignore=tests/test_validation.py
     SOL_TEST_LOG="$log" timeout "${TEST_TIMEOUT:-540}" python3 -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-15}" "$@" 2>&1 \
-      | tee "$log/tests.log" | tail -15 ;;
+      | tee "$log/tests.log" | tail -15
+    # started and never finished: hung, or still running when the time limit came (unfinished.txt)
+    python3 - "$log" <<'PY'
+import pathlib, sys
+log = pathlib.Path(sys.argv[1])
+done = {line.split(" ", 3)[3] for line in (log / "outcomes.txt").read_text().splitlines()} if (log / "outcomes.txt").exists() else set()
+started = (log / "started.txt").read_text().splitlines() if (log / "started.txt").exists() else []
+left = [t for t in dict.fromkeys(started) if t not in done]
+(log / "unfinished.txt").write_text("".join(t + "\n" for t in left))
+print(f"started and never finished: {len(left)}", *left[:10], sep="\n  ")
+PY
+    ;;
   suites)
     timeout "${SUITE_TIMEOUT:-560}" python3 -m benchmarks.run "$@" 2>&1 | tee "$log/suites.log" \
       | grep -E "ceilings|wrote|Error" ;

@@ -59,6 +59,18 @@ def pytest_terminal_summary(terminalreporter):
             "on a Hopper GPU `make test` runs them", bold=True)
 
 
+def pytest_runtest_logstart(nodeid, location):
+    """With SOL_TEST_LOG=DIR, each test also goes to DIR/started.txt as it starts: a test that
+    started and never finished when a time limit cut the run short is one that hung or was still
+    running (``benchmarks/h200.sh tests`` lists them; a hang once stopped a worker for good and
+    the tests queued behind it went unrun)."""
+    import os
+    out = os.environ.get("SOL_TEST_LOG")
+    if out and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(os.path.join(out, "started.txt"), "a") as f:
+            f.write(nodeid + "\n")
+
+
 def pytest_runtest_logreport(report):
     """With SOL_TEST_LOG=DIR (the H200 runs, benchmarks/h200.sh tests), each test's outcome goes
     to DIR/outcomes.txt and each failure's report to DIR/fails.txt as it happens, so that a run
@@ -68,7 +80,7 @@ def pytest_runtest_logreport(report):
     out = os.environ.get("SOL_TEST_LOG")
     if not out or os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    if report.when == "call" or report.failed:
+    if report.when == "call" or report.failed or report.skipped:
         with open(os.path.join(out, "outcomes.txt"), "a") as f:
             f.write(f"{report.outcome} {report.when} {report.duration:.1f} {report.nodeid}\n")
     if report.failed:

@@ -399,3 +399,16 @@ def test_a_window_takes_whole_words():
         RowConfig(64, 128, 1, 4, 5, head=True).check(1021, 16)
     cfg = row_config("softmax", 1021, 16, head=True)
     assert cfg.vec == 8 and cfg.cols_covered >= 1021 + 7
+
+
+def test_the_sanitizers_probe_is_one_cluster_exchange():
+    """``benchmarks.sanitize --probe`` (the kernel that shows synccheck's limitation with clusters
+    of 16) compiles to the toolkit's cluster tier and nothing more: the mbarrier armed and its
+    bytes expected, a 4-byte st.async into each peer, the wait on its parity, the cluster barrier."""
+    from benchmarks.sanitize import compile_probe
+    ptx = compile_probe(16, 40, 8192).ptx
+    for instruction in ("mbarrier.init.shared.b64", "mbarrier.arrive.expect_tx.shared.b64",
+                        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32",
+                        "mbarrier.try_wait.parity.shared.b64", "barrier.cluster.arrive.relaxed", "barrier.cluster.wait"):
+        assert instruction in ptx, instruction
+    assert "ld.global" not in ptx

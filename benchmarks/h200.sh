@@ -62,11 +62,11 @@ PY
             python3 -m benchmarks.sanitize --n $n --dtype $dt "${part[@]}" > "$log/sanitize_$name.log" 2>&1 &
         done
       done; done
-      if [ $tool = synccheck ]; then  # the probe of its limitation: clusters of 16 sharing SMs, one an SM, of 8, one
-        for p in "16 40 8192" "16 40 122880" "8 80 8192" "16 1 8192"; do
+      if [ $tool = synccheck ]; then  # the probe of its limitation (benchmarks.sanitize.PROBES)
+        while read -r p; do  # (the loop in this shell, not a pipe's: the wait below waits for its runs)
           timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool synccheck --report-api-errors no \
             python3 -m benchmarks.sanitize --probe $p > "$log/sanitize_synccheck_probe_${p// /_}.log" 2>&1 &
-        done
+        done < <(python3 -c "from benchmarks.sanitize import PROBES; print('\n'.join(' '.join(map(str, p)) for p in PROBES))")
       fi
     done
     wait

@@ -67,6 +67,11 @@ def run(n: int, dt: torch.dtype, offset: int = 0) -> None:
     kernels.check_errors()
 
 
+#: The probe's (cluster, clusters, shared bytes a block): clusters of 16 that share SMs (synccheck
+#: stops), of 16 one an SM, of 8 that share SMs, and one cluster of 16 (each runs right).
+PROBES = ((16, 40, 8192), (16, 40, 122880), (8, 80, 8192), (16, 1, 8192))
+
+
 def limit_clusters(k: int) -> None:
     """The norm backwards' persistent kernels launch at most ``k`` clusters of 16 blocks."""
     from kernels import norm_backward

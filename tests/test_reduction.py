@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from benchmarks.sanitize import PROBES, probe
 from kernels.reduction import reduce_config, reduce_rows, reduce_rows_reference
 
 from _grid import DTYPES, NS, ms_for
@@ -62,9 +63,8 @@ def test_rejects_bad_input():
         reduce_rows(torch.randn(8, 64, device="cuda"), "mean")
 
 
-@pytest.mark.parametrize("cluster, clusters, smem", [(16, 40, 8192), (16, 40, 122880), (8, 80, 8192), (16, 1, 8192)])
+@pytest.mark.parametrize("cluster, clusters, smem", PROBES)
 def test_the_sanitizers_probe_is_right_without_the_tool(cluster, clusters, smem):
     """``benchmarks.sanitize --probe``: under synccheck 40 clusters of 16 blocks of 8 KB stop with
     an illegal address; without the tool every block gets its cluster's sum (the exchange is right)."""
-    from benchmarks.sanitize import probe
     assert probe(cluster, clusters, smem)

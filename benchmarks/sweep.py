@@ -10,8 +10,8 @@ shared memory; for streamed rows (cross-entropy, the row sum) 128-512 threads a 
 1-8 and 2-8 accesses a pass, each with its next pass loaded ahead or not, and (cross-entropy)
 both target orders (cross-entropy's backward, which maps its row and reduces nothing: clusters
 only to split long rows over more blocks). Each op is timed through its public function, against
-the same run's copy ceiling (read ceiling for the forward's streamed ops). Rows go to <out>/<name>.csv with the suites' schema
-and the candidate in ``variant``.
+the same run's copy ceiling (read ceiling for the forward's streamed ops). Rows go to <out>/<name>.csv with the suites' schema,
+the candidate in ``variant`` and its kernel's registers a thread in ``registers``.
 """
 from __future__ import annotations
 
@@ -115,6 +115,17 @@ def call(op, x, w, b, t, out, cfg):
     }[op]
 
 
+def registers(cfg, n: int, dtype) -> int:
+    """ptxas's registers a thread of the kernel last compiled for ``cfg`` at N and ``dtype`` (0
+    where there is none): a candidate's cost in occupancy, beside its time."""
+    from kernels.compile import cache
+    from kernels.cubin import kernel_resources
+    for c in reversed(list(cache().values())):
+        if c.config == cfg and n in c.key and str(dtype) in c.key:
+            return max([k.registers for k in kernel_resources(c.cubin)] or [0])
+    return 0
+
+
 def sweep(ops, dtypes, ns, name, out_dir, family="all"):
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings", ceil, flush=True)
@@ -145,10 +156,10 @@ def sweep(ops, dtypes, ns, name, out_dir, family="all"):
                     nbytes = (2 * m * n * bits // 8 + m * 16 if op == "cross_entropy_bwd" else
                               bytes_moved("reduce" if op == "row_reduce" else op, m, n, bits // 8))
                     r = H.row(op, "ours", "bf16" if bits == 16 else "fp32", m, n, nbytes, ms, ceiling,
-                              variant=repr(cfg), picked=cfg == picked)
+                              variant=repr(cfg), picked=cfg == picked, registers=registers(cfg, n, dt))
                     rows.append(r)
                     print(f"{op:14s} {r['dtype']} N={n:>6} {r['frac_of_ceiling']:.3f} {'*' if r['picked'] else ' '} "
-                          f"{cfg}", flush=True)
+                          f"{r['registers']:>3} regs {cfg}", flush=True)
             del x, w, b, t, out
             torch.cuda.empty_cache()
     return H.write_suite(name, rows, H.metadata({"ceilings": ceil}), out_dir)

@@ -13,6 +13,7 @@ With ``--profile``, cProfile's table of each op's fwd+bwd step of ours is printe
 (``benchmarks.profile_step.host_profile``).
 """
 import argparse
+import functools
 import statistics
 import time
 
@@ -54,8 +55,7 @@ def main(argv=None) -> int:
                 passes = calls(f, op, x, w, b, t)
             except NotImplementedError:  # (QuACK has no autograd LayerNorm)
                 continue
-            fwd = (lambda f, x, w, b, t: lambda: f(x, w, b, t))(f, x, w, b, t)
-            for name, fn in (("fwd(grad)", fwd), ("fwd(no grad)", passes["fwd"]), ("bwd", passes["bwd"]),
+            for name, fn in (("fwd(grad)", functools.partial(f, x, w, b, t)), ("fwd(no grad)", passes["fwd"]), ("bwd", passes["bwd"]),
                              ("fwd+bwd", passes["fwd+bwd"])):
                 timed.append((op, impl, name, fn))
             if a.profile and impl == "ours":

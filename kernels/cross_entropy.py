@@ -380,8 +380,7 @@ def mean_fast(logits, target, ignore_index, with_lse: bool = False):
     in_launch = m <= IN_LAUNCH_MAX_ROWS
     if not (in_launch or with_lse) or m > 2**24 or target.shape != (m,):
         return None
-    fn = CrossEntropy.fast.get((logits.dtype, n, target.dtype)
-                               + ((("lse",) if in_launch else ("rows", "lse")) if with_lse else ()))
+    fn = CrossEntropy.fast.get(_remembered_as(logits, target, "mean" if in_launch else "none", True, with_lse))
     if fn is None:
         return None
     errors.FLAGS.raise_if_set(errors.CROSS_ENTROPY_TARGET)  # raises: a report is never swallowed below

@@ -107,7 +107,7 @@ def call(op, x, w, b, t, out, cfg):
     g, lse = (w[:1].float(), b[:x.shape[0]].float()) if op == "cross_entropy_bwd" else (None, None)
     return {
         "rmsnorm": lambda: rmsnorm_out(x, w, out, 1e-6, config=cfg),
-        "layernorm": lambda: layernorm(x, w, b, config=cfg),
+        "layernorm": lambda: layernorm(x, w, b[:x.shape[1]], config=cfg),
         "softmax": lambda: softmax_out(x, out, config=cfg),
         "cross_entropy": lambda: cross_entropy(x, t, reduction="none", config=cfg),
         "row_reduce": lambda: reduce_rows(x, config=cfg),
@@ -126,7 +126,7 @@ def registers(cfg, n: int, dtype) -> int:
     return 0
 
 
-def sweep(ops, dtypes, ns, name, out_dir, family="all"):
+def sweep(ops, dtypes, ns, name, out_dir, family="all", max_elems=None):
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings", ceil, flush=True)
     rows = []
@@ -146,6 +146,8 @@ def sweep(ops, dtypes, ns, name, out_dir, family="all"):
                     cands = neighbour_candidates(op, n, bits)
                 else:
                     cands = streamed_candidates(n, bits, op) if streamed else kept_candidates(n, bits)
+                if max_elems is not None:
+                    cands = [c for c in cands if c.elems_per_thread <= max_elems]
                 for cfg in dict.fromkeys([picked] + cands):
                     try:
                         ms = H.time_ms(call(op, x, w, b, t, out, cfg), warmup=3, rep=10)
@@ -175,9 +177,11 @@ def main(argv=None):
     p.add_argument("--family", default="all", choices=["all", "neighbours"],
                    help="candidates: every shape the template takes (all), or the neighbouring table rows' "
                         "shapes stretched over N (neighbours)")
+    p.add_argument("--max-elems", type=int, default=None,
+                   help="only the candidates that give a thread at most this many elements (a pass's, streamed)")
     a = p.parse_args(argv)
     dtypes = [{"bf16": torch.bfloat16, "fp32": torch.float32}[d] for d in a.dtype]
-    print("wrote", sweep(a.op, dtypes, a.n, a.name, a.out, a.family))
+    print("wrote", sweep(a.op, dtypes, a.n, a.name, a.out, a.family, a.max_elems))
 
 
 if __name__ == "__main__":

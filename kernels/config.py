@@ -221,6 +221,12 @@ ANY_N = {"rmsnorm": (16, 32), "layernorm": (16, 32), "softmax": (16, 32), "cross
 KEEP_COVERAGE = 0.97
 MAX_VECS = {"reg": 8, "smem": 16, "stream": 8}
 STREAM_VECS = (4, 8)
+# A 16-bit row of RMSNorm or LayerNorm in its window, kept in registers, with its weight cut out
+# of the vector's words at every access: one row a block of 128 to 512 threads, as few as give
+# each thread at most four accesses, beat the table's and the rule's shapes (more accesses a
+# thread, blocks of several rows or a cluster) where it covers the window (TUNING.md#window-rows).
+WINDOW_ONE_BLOCK = {"rmsnorm": (16,), "layernorm": (16,)}
+WINDOW_VECS, WINDOW_THREADS = 4, (128, 512)
 
 
 @dataclass(frozen=True)
@@ -408,6 +414,11 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
         raise ValueError(f"max_tier must be one of {TIERS}, got {max_tier!r}")
     cfg = table_row_config(op, n, elem_bits, vec=vec, max_tier=max_tier, stage=stage, head=head)
     width = 16 if elem_bits <= 16 else 32
+    if head and width in WINDOW_ONE_BLOCK.get(op, ()) and max_tier == "cluster" and stage is None and cfg.stage == "reg":
+        nvec = (n + 2 * cfg.vec - 2) // cfg.vec
+        threads = _next_pow2(-(-nvec // WINDOW_VECS))
+        if WINDOW_THREADS[0] <= threads <= WINDOW_THREADS[1]:
+            return RowConfig(threads, threads, 1, cfg.vec, -(-nvec // threads), head=True)
     if (width in ANY_N.get(op, ()) and max_tier == "cluster" and stage is None and cfg.vec * elem_bits == 128
             and coverage(cfg, n) < KEEP_COVERAGE):
         # (max keeps the first of equals: the row N falls in before the row below)

@@ -224,6 +224,8 @@ class RowOp:
         head = config.head if config is not None else cls.takes_window(n, eb, vec)
         if head:
             vec = 16 // eb
+            if present_cols:  # a window kernel cuts its columns out of their 16-byte words
+                present_cols = tuple([c if not c.data_ptr() & 15 else c.clone() for c in present_cols])
         present = tuple([t is not None for t in optional]) if optional else ()
         in_dtypes = tuple([t.dtype for t in row_in]) if row_in else ()
         key = (cls, x.dtype, n, vec, head, present, in_dtypes, config, options)
@@ -277,7 +279,8 @@ class RowOp:
             m = cute.sym_int()
             align = 1 if cfg.head else cfg.vec  # a window kernel takes rows of any stride and base
             args = [fake_rows(ct, n, align) for _ in cls.rows + cls.out]
-            args += [fake_vector(ct, n, align) for name in cls.cols if name in op.present]
+            # (and its column inputs 16-byte aligned: ``launch`` copies one that is not)
+            args += [fake_vector(ct, n, cfg.vec) for name in cls.cols if name in op.present]
             args += [fake_vector(TORCH_TO_CUTE[d], op.row_in_extent(name, m)) for name, d in zip(cls.row_in, in_dtypes)]
             args += [fake_vector(Float32, m) for name in cls.row_out if name in op.present]
             args += list(op.fake_extra(m))
@@ -593,12 +596,66 @@ class Block:
     @cute.jit
     def gather_columns(self, mW, like, tXcX):
         """A column input (weight, bias) for values laid out like ``like`` at window columns
-        ``tXcX``: element by element (a window's columns are the row's shifted by h, so the
-        vector's accesses are not its words), zero outside the row; as fp32."""
+        ``tXcX``, as fp32: 16-bit elements cut out of their words access by access
+        (:meth:`shifted_column`); 32-bit ones element by element, zero outside the row (an
+        access holds four, and their loads measured ahead of the words': TUNING.md#window-columns)."""
         frag = cute.make_rmem_tensor_like(like, mW.element_type)
-        frag.fill(0.0)
-        gather(frag, tXcX, self.h, self.n, lambda c: mW[c])
+        if const_expr(mW.element_type.width == 16):
+            for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
+                self.shifted_column(mW, frag[None, None, k], tXcX[None, None, k])
+            for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):  # (after every access's loads)
+                self.partial_word(mW, frag[None, None, k], tXcX[None, None, k])
+        else:
+            frag.fill(0.0)
+            gather(frag, tXcX, self.h, self.n, lambda c: mW[c])
         return frag.load().to(Float32)
+
+    @cute.jit
+    def shifted_column(self, mW, frag, tXcX_k):
+        """One access of a column input in a window: ``frag[i] = mW[c0 + i - h]`` for the
+        access's window columns c0 + i. A window's columns are the row's shifted by h, so the
+        access straddles two of the vector's 16-byte words: both are loaded whole, and the
+        access is cut out of the pair a 32-bit word at a time (the words chosen by h, then a
+        funnel shift). The elements of the vector's last, partial word (N not a multiple of
+        ``vec``) come after, one by one (:meth:`partial_word`). Values outside the row are left
+        undefined: no window op's fold reads its columns, and they are never stored. The vector
+        is 16-byte aligned (``launch`` copies one that is not)."""
+        vec, eb = self.load_vec, mW.element_type.width // 8
+        full = self.n // vec  # the vector's whole words (at least 2: a window row holds 2 words)
+        per = 4  # 32-bit words in a 16-byte access
+        c0 = tXcX_k[0][1]
+        last = (full - 1) * vec
+        pair = cute.make_rmem_tensor(cute.make_layout((vec, 2), stride=(1, vec)), mW.element_type)
+        for w, col in ((0, cutlass.max(cutlass.min(c0 - vec, last), 0)), (1, cutlass.min(c0, last))):
+            ptr = cute.make_ptr(mW.element_type, mW.iterator.toint() + Int64(col) * eb, cute.AddressSpace.gmem,
+                                assumed_align=16)
+            cute.copy(self.load, cute.make_tensor(ptr, cute.make_layout(vec)), pair[None, w])
+        words = cute.recast_tensor(pair, cutlass.Uint32)
+        x = [words[j] for j in range(2 * per)] + [words[2 * per - 1]] * per
+        shift = (vec - self.h) * eb  # bytes into the pair where the access starts: 1 to 16
+        q, bits = shift >> 2, (shift & 3) * 8
+        for step in (4, 2, 1):  # x[k] <- x[k + q]: a barrel of selects on q's bits
+            take = (q & step) != 0
+            x = [cutlass.Uint32(cutlass.select_(take, x[k + step], x[k])) for k in range(len(x) - step)]
+        out = cute.recast_tensor(frag, cutlass.Uint32)
+        for j in cutlass.range_constexpr(per):
+            out[j] = cute.arch.shf(x[j], x[j + 1], bits, "r") if const_expr(eb < 4) else x[j]
+
+    @cute.jit
+    def partial_word(self, mW, frag, tXcX_k):
+        """The rest of :meth:`shifted_column`: the elements of one access that lie in the
+        vector's last, partial 16-byte word (N not a multiple of ``vec``), one by one. A branch
+        an access (taken by the access that holds them): called once every access's words are
+        loaded, so that it keeps no load waiting behind it."""
+        vec, full = self.load_vec, self.n // self.load_vec
+        if const_expr(self.n % vec != 0):
+            c0 = tXcX_k[0][1]
+            if c0 + vec > full * vec:  # the access reaches the vector's partial last word
+                for i in cutlass.range_constexpr(vec):
+                    c = c0 + i - self.h
+                    if c >= full * vec:
+                        if c < self.n:
+                            frag[i] = mW[c]
 
     def column(self, mW, tile: int):
         """This thread's share of a length-N column input: the vector viewed as an (M, N)
@@ -925,20 +982,29 @@ class Staged(InRegisters):
         self.tXgW, self.tXrW = {}, {}
         for name in cols:
             mW = self.io.cols[name]
-            if const_expr(self.b.head):  # gathered at the row's shift (zero outside the row)
+            if const_expr(self.b.head):  # at the row's shift (Block.gather_columns)
                 tXgW = mW
                 tXrW = cute.make_rmem_tensor_like(self.staged[self.op.rows[0]], mW.element_type)
-                tXrW.fill(0.0)
+                if const_expr(mW.element_type.width != 16):
+                    tXrW.fill(0.0)
             else:
                 tXgW = self.b.column(mW, self.tile)
                 tXrW = cute.make_rmem_tensor_like(tXgW)
-            over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(mW, tXgW, tXrW, k), None)
+            over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(mW, tXgW, tXrW, k, False), None)
+            if const_expr(self.b.head and mW.element_type.width == 16):  # (after every access's loads)
+                over_accesses(0, min(self.ahead, vecs),
+                              lambda k, _: self.b.partial_word(mW, tXrW[None, None, k], self.tXcX[None, None, k]), None)
             self.tXgW[name], self.tXrW[name] = tXgW, tXrW
 
-    def load_column(self, mW, tXgW, tXrW, k):
+    def load_column(self, mW, tXgW, tXrW, k, partial=True):
         """Access k of a column input into ``tXrW`` (in a window, ``tXgW`` is the input itself,
-        gathered element by element)."""
-        if const_expr(self.b.head):
+        at the row's shift as :meth:`Block.gather_columns` takes it; a 16-bit access's partial
+        word's elements too, unless ``partial`` is False)."""
+        if const_expr(self.b.head and mW.element_type.width == 16):
+            self.b.shifted_column(tXgW, tXrW[None, None, k], self.tXcX[None, None, k])
+            if const_expr(partial):
+                self.b.partial_word(tXgW, tXrW[None, None, k], self.tXcX[None, None, k])
+        elif const_expr(self.b.head):
             gather(tXrW[None, None, k], self.tXcX[None, None, k], self.b.h, self.b.n, lambda c: tXgW[c])
         else:
             self.b.load_column_access(mW, tXgW[None, None, k], tXrW[None, None, k], self.tXcX[None, None, k])

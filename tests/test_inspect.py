@@ -371,6 +371,33 @@ def test_odd_rows_read_and_write_whole_words(op, dtype, n):
         assert BITS[dtype] in rep.widths("global stores"), rep
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("n", WINDOW_NS[:4])
+@pytest.mark.parametrize("op", ["rmsnorm", "layernorm"])
+def test_a_window_cuts_its_columns_out_of_whole_words(op, dtype, n):
+    """In a row's window the weight (and bias) sit at the row's shift. A 16-bit access loads the
+    two 16-byte words of the vector it straddles and cuts itself out of them with a funnel
+    shift: its column loads are 128-bit, one or two an access (the compiler may share one),
+    element by element only the vector's last, partial word, and at an N that leaves none (a
+    misaligned view of 4,096 columns) nothing. A 32-bit access (four elements) loads its
+    columns element by element."""
+    cols = {"rmsnorm": 1, "layernorm": 2}[op]
+    for rep, partial in ((inspect_op(op, dtype, n), n % (128 // BITS[dtype]) != 0),
+                         (inspect_op(op, dtype, 4096, head=True), False)):
+        cfg = rep.config
+        assert cfg.head, cfg
+        loads = rep.counts["global loads"]
+        wide = sum(c for k, c in loads.items() if access_bits(k) == 128)
+        narrow = sum(c for k, c in loads.items() if access_bits(k) < 128)
+        x = 0 if cfg.stage == "smem" else cfg.vecs_per_thread  # a staged row comes by cp.async
+        if BITS[dtype] == 16:
+            assert x + cols * cfg.vecs_per_thread <= wide <= x + 2 * cols * cfg.vecs_per_thread, (cfg, loads)
+            assert (narrow > 0) == partial, (cfg, loads)
+            assert "shf.r.wrap.b32" in rep.ptx
+        else:
+            assert wide == x and narrow >= cols * cfg.vecs_per_thread, (cfg, loads)
+
+
 @pytest.mark.parametrize("n", [3001, 50257])
 def test_a_window_kernel_takes_any_stride_and_base(n):
     """The window kernel's signature promises no alignment (it finds each row's place in its

@@ -62,6 +62,21 @@ def test_rmsnorm_and_layernorm_any_row(n, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1001, 3001, 50257])
+def test_a_weight_that_is_not_16_byte_aligned(n, dtype):
+    """A window kernel cuts its weight and bias out of their 16-byte words: a weight or bias
+    that starts inside a word (a view one or three elements in) is copied to one that does
+    first, and the call gives what an aligned one gives; the caller's tensors are left alone."""
+    x = view(37, n, dtype, 1, shift=5.0)
+    w, b = view(1, n, dtype, 1)[0], view(1, n, dtype, 3)[0]
+    w0, b0 = w.clone(), b.clone()
+    assert w.data_ptr() % 16 and b.data_ptr() % 16
+    assert_close(kernels.rmsnorm(x, w), rmsnorm_reference(x, w), dtype, "rmsnorm")
+    assert_close(kernels.layernorm(x, w, b), layernorm_reference(x, w, b), dtype, "layernorm")
+    assert torch.equal(w, w0) and torch.equal(b, b0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", NS)
 def test_outputs_that_do_not_line_up(n, dtype):
     """An output whose rows start elsewhere in their words than the input's: those rows are

@@ -392,6 +392,12 @@ def lookup(op: str, n: int, elem_bits: int) -> Row:
     raise ValueError(f"N = {n} is past the largest row {op!r} supports ({rows[-1].n_max})")
 
 
+def accesses(n: int, vec: int, head: bool = False) -> int:
+    """The accesses of ``vec`` elements a row of n takes: its N + vec - 1 window columns (rounded
+    up) where ``head``, else N / vec."""
+    return (n + 2 * vec - 2) // vec if head else n // vec
+
+
 def _next_pow2(x: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, x))))
 
@@ -415,7 +421,7 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
     cfg = table_row_config(op, n, elem_bits, vec=vec, max_tier=max_tier, stage=stage, head=head)
     width = 16 if elem_bits <= 16 else 32
     if head and width in WINDOW_ONE_BLOCK.get(op, ()) and max_tier == "cluster" and stage is None and cfg.stage == "reg":
-        nvec = (n + 2 * cfg.vec - 2) // cfg.vec
+        nvec = accesses(n, cfg.vec, head)
         threads = _next_pow2(-(-nvec // WINDOW_VECS))
         if WINDOW_THREADS[0] <= threads <= WINDOW_THREADS[1]:
             return RowConfig(threads, threads, 1, cfg.vec, -(-nvec // threads), head=True)
@@ -443,7 +449,7 @@ def table_row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None,
     if head and vec not in (None, 128 // elem_bits):
         raise ValueError(f"a row's window is counted in 16-byte words: head=True takes vec = {128 // elem_bits}")
     vec = vec or (128 // elem_bits if head else vector_width(n, elem_bits))
-    nvec = (n + 2 * vec - 2) // vec if head else n // vec
+    nvec = accesses(n, vec, head)
     tpr, tpb, cluster = entry.threads_per_row, entry.threads_per_block, entry.cluster
     cap = TIERS.index(max_tier)
     if cap < 3 and cluster > 1:  # no cluster: one block takes the whole row
@@ -488,7 +494,7 @@ def stretch(row: Row, n: int, elem_bits: int, head: bool = False, vecs: int | No
     bits): kept, as many accesses a thread as cover it; streamed, ``vecs`` accesses a pass
     (default the row's; fewer if fewer cover it) and the passes that do."""
     vec = vec or 128 // elem_bits
-    nvec = (n + 2 * vec - 2) // vec if head else n // vec
+    nvec = accesses(n, vec, head)
     blocks = row.threads_per_row * row.cluster
     if row.stage != "stream":
         per = -(-nvec // blocks)

@@ -596,19 +596,39 @@ class Block:
     @cute.jit
     def gather_columns(self, mW, like, tXcX):
         """A column input (weight, bias) for values laid out like ``like`` at window columns
-        ``tXcX``, as fp32: 16-bit elements cut out of their words access by access
-        (:meth:`shifted_column`); 32-bit ones element by element, zero outside the row (an
-        access holds four, and their loads measured ahead of the words': TUNING.md#window-columns)."""
-        frag = cute.make_rmem_tensor_like(like, mW.element_type)
-        if const_expr(mW.element_type.width == 16):
-            for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
-                self.shifted_column(mW, frag[None, None, k], tXcX[None, None, k])
-            for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):  # (after every access's loads)
-                self.partial_word(mW, frag[None, None, k], tXcX[None, None, k])
-        else:
-            frag.fill(0.0)
-            gather(frag, tXcX, self.h, self.n, lambda c: mW[c])
+        ``tXcX`` (:meth:`window_column`); as fp32."""
+        frag = self.window_fragment(like, mW)
+        self.window_column(mW, frag, tXcX)
         return frag.load().to(Float32)
+
+    def window_fragment(self, like, mW):
+        """Registers for a column input laid out like ``like``, as :meth:`window_column` fills
+        them: 32-bit ones zeroed first (their element loads leave what lies outside the row)."""
+        frag = cute.make_rmem_tensor_like(like, mW.element_type)
+        if const_expr(mW.element_type.width != 16):
+            frag.fill(0.0)
+        return frag
+
+    @cute.jit
+    def window_column(self, mW, frag, tXcX, partial=True):
+        """A column input in a window, at the row's shift, into ``frag`` (one access, or all of
+        a thread's): 16-bit elements cut out of their words (:meth:`shifted_column`, then with
+        ``partial`` :meth:`partial_word`, once every access's words are loaded); 32-bit ones
+        element by element (an access holds four, and their loads measured ahead of the words':
+        TUNING.md#window-columns)."""
+        if const_expr(mW.element_type.width == 16):
+            if const_expr(cute.rank(frag) == 3):
+                for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
+                    self.shifted_column(mW, frag[None, None, k], tXcX[None, None, k])
+                if const_expr(partial):
+                    for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
+                        self.partial_word(mW, frag[None, None, k], tXcX[None, None, k])
+            else:
+                self.shifted_column(mW, frag, tXcX)
+                if const_expr(partial):
+                    self.partial_word(mW, frag, tXcX)
+        else:
+            gather(frag, tXcX, self.h, self.n, lambda c: mW[c])
 
     @cute.jit
     def shifted_column(self, mW, frag, tXcX_k):
@@ -648,7 +668,7 @@ class Block:
         an access (taken by the access that holds them): called once every access's words are
         loaded, so that it keeps no load waiting behind it."""
         vec, full = self.load_vec, self.n // self.load_vec
-        if const_expr(self.n % vec != 0):
+        if const_expr(mW.element_type.width == 16 and self.n % vec != 0):
             c0 = tXcX_k[0][1]
             if c0 + vec > full * vec:  # the access reaches the vector's partial last word
                 for i in cutlass.range_constexpr(vec):
@@ -982,30 +1002,23 @@ class Staged(InRegisters):
         self.tXgW, self.tXrW = {}, {}
         for name in cols:
             mW = self.io.cols[name]
-            if const_expr(self.b.head):  # at the row's shift (Block.gather_columns)
+            if const_expr(self.b.head):  # at the row's shift (Block.window_column)
                 tXgW = mW
-                tXrW = cute.make_rmem_tensor_like(self.staged[self.op.rows[0]], mW.element_type)
-                if const_expr(mW.element_type.width != 16):
-                    tXrW.fill(0.0)
+                tXrW = self.b.window_fragment(self.staged[self.op.rows[0]], mW)
             else:
                 tXgW = self.b.column(mW, self.tile)
                 tXrW = cute.make_rmem_tensor_like(tXgW)
             over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(mW, tXgW, tXrW, k, False), None)
-            if const_expr(self.b.head and mW.element_type.width == 16):  # (after every access's loads)
+            if const_expr(self.b.head):  # (after every access's loads)
                 over_accesses(0, min(self.ahead, vecs),
                               lambda k, _: self.b.partial_word(mW, tXrW[None, None, k], self.tXcX[None, None, k]), None)
             self.tXgW[name], self.tXrW[name] = tXgW, tXrW
 
     def load_column(self, mW, tXgW, tXrW, k, partial=True):
         """Access k of a column input into ``tXrW`` (in a window, ``tXgW`` is the input itself,
-        at the row's shift as :meth:`Block.gather_columns` takes it; a 16-bit access's partial
-        word's elements too, unless ``partial`` is False)."""
-        if const_expr(self.b.head and mW.element_type.width == 16):
-            self.b.shifted_column(tXgW, tXrW[None, None, k], self.tXcX[None, None, k])
-            if const_expr(partial):
-                self.b.partial_word(tXgW, tXrW[None, None, k], self.tXcX[None, None, k])
-        elif const_expr(self.b.head):
-            gather(tXrW[None, None, k], self.tXcX[None, None, k], self.b.h, self.b.n, lambda c: tXgW[c])
+        taken at the row's shift by :meth:`Block.window_column`, with ``partial`` as there)."""
+        if const_expr(self.b.head):
+            self.b.window_column(tXgW, tXrW[None, None, k], self.tXcX[None, None, k], partial)
         else:
             self.b.load_column_access(mW, tXgW[None, None, k], tXrW[None, None, k], self.tXcX[None, None, k])
         return None

@@ -169,7 +169,8 @@ TABLES = {
         32: _with(KEPT[32], Row(131072, 512, 512, 8, "smem"), smem_groups=2),
     },
 }
-# LayerNorm moves the bytes RMSNorm moves with one more exchange a row: it takes RMSNorm's shapes.
+# LayerNorm moves the bytes RMSNorm moves, with one exchange a row of three values (MEAN_VAR) where
+# RMSNorm's has one: it takes RMSNorm's shapes.
 TABLES["layernorm"] = TABLES["rmsnorm"]
 # Softmax's backward keeps two rows (y and dy) where the forward keeps one: RMSNorm's shapes, which
 # stage from 16k 16-bit elements (not swept yet).

@@ -1,9 +1,9 @@
 """LayerNorm forward: y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps), row by row.
 
 Bytes that must move: read x, write y (2 * M * N elements), read weight and bias once (they stay
-in L2). The template keeps the row on chip; the op reduces it twice: its sum (the mean), then
-the sum of squares about that mean (the variance, exact even when the mean is far from zero,
-where the sum of squares less the squared sum would cancel).
+in L2). The template keeps the row on chip; the op reduces it once, to its mean and the sum of
+squares about it (``MEAN_VAR``: exact even when the mean is far from zero, where the sum of
+squares less the squared sum would cancel), so a row pays one exchange, as RMSNorm's does.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import cutlass.cute as cute
 from cutlass import Float32
 
 from . import validate
-from .reduce import SUM
+from .reduce import MEAN_VAR
 from .rowkernel import RowOp
 
 
@@ -23,14 +23,11 @@ class LayerNorm(RowOp):
     out = ("y",)
     row_out = ("mean", "rstd")
     scalars = {"eps": Float32}
-    reductions = (SUM, SUM)  # sum(x), then sum((x - mean)^2)
+    reductions = (MEAN_VAR,)  # (count, mean, sum of squares about the mean)
     default_present = ("weight", "bias")
 
-    def fold_input(self, v, i, results):
-        return v.x if i == 0 else (v.x - results[0][0] / self.n) * (v.x - results[0][0] / self.n)
-
     def stats(self, results, s):
-        return results[0][0] / self.n, cute.math.rsqrt(results[1][0] / self.n + s.eps, fastmath=True)
+        return results[0][1], cute.math.rsqrt(results[0][2] / self.n + s.eps, fastmath=True)
 
     def epilogue(self, v, results, s):
         mean, rstd = self.stats(results, s)

@@ -43,6 +43,9 @@ class Combine:
     #: (register fragment of bf16) -> tuple: the same thread tier from the raw registers, for
     #: an op whose fold gains from never widening them all (None: widen, then ``fold``)
     fold_bf16: Callable | None = None
+    #: Whether ``fold`` weighs each element: it then takes the pair (values, in_row), in_row 1.0
+    #: for each element of the row and 0.0 for the padding (a mean and a variance count them)
+    weighted: bool = False
 
     @property
     def width(self) -> int:
@@ -94,6 +97,35 @@ SUM2 = Combine("sum2", (0.0, 0.0), lambda a, b: (a[0] + b[0], a[1] + b[1]),
 SUMSQ = Combine("sumsq", (0.0,), lambda a, b: (a[0] + b[0],), _sumsq_fold, 0.0)
 MAX = Combine("max", (-math.inf,), lambda a, b: (cute.arch.fmax(a[0], b[0]),), _max_fold, -math.inf)
 LOGSUMEXP = Combine("logsumexp", (-math.inf, 0.0), _online_combine, _online_fold, -math.inf)
+
+
+# A row's mean and variance in one exchange: each part of the row is the triple (count, mean,
+# M2 = the sum of squares about that mean), and two parts merge exactly (Chan, Golub and LeVeque,
+# 1979): with d the means' difference, the mean moves by d n_q / n and M2 gains d^2 n_p n_q / n.
+# Squares are taken about a part's own mean, never as E[x^2] - E[x]^2, so a row far from zero
+# keeps its variance. The merge starts from the part of the lower mean, so that both lanes of a
+# shuffle get the same bits whichever they hold; an empty part (0, 0, 0) is the identity (its
+# weight n_q / max(n, 1) is 0, or 1 to within rcp.approx's rounding).
+def _mean_var_combine(a, b):
+    a_low = a[1] <= b[1]
+    p = tuple(Float32(cutlass.select_(a_low, u, v)) for u, v in zip(a, b))
+    q = tuple(Float32(cutlass.select_(a_low, v, u)) for u, v in zip(a, b))
+    n = p[0] + q[0]
+    f = q[0] * cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0)))
+    d = q[1] - p[1]
+    return (n, p[1] + d * f, (p[2] + q[2]) + d * d * p[0] * f)
+
+
+def _mean_var_fold(xw):
+    x, in_row = xw  # (x is the padding, 0.0, outside the row)
+    n = in_row.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+    mean = x.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0) * cute.arch.rcp_approx(
+        cute.arch.fmax(n, Float32(1.0)))
+    d = (x - mean) * in_row
+    return (n, mean, (d * d).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
+
+
+MEAN_VAR = Combine("mean_var", (0.0, 0.0, 0.0), _mean_var_combine, _mean_var_fold, 0.0, weighted=True)
 
 
 # The same pair with its max in log2 units, M = fl(max * log2 e): each term is then

@@ -143,6 +143,10 @@ class RowOp:
         if self.col_out and (cfg.stage == "stream" or cfg.rows_per_block != 1 or (cfg.stage == "reg" and cfg.cluster_n != 1)):
             raise ValueError(f"{type(self).__name__} sums over rows: it takes one row a block, kept in "
                              f"registers (no cluster) or staged in shared memory (a cluster may split it); got {cfg}")
+        if any(c.weighted for c in self.reductions) and (cfg.stage == "stream" or self.col_out
+                                                          or any(c.weighted for c in self.reductions[1:])):
+            raise ValueError(f"{type(self).__name__}: a fold that weighs its elements (a mean and variance) "
+                             "is the first reduction of a row kept in registers or shared memory")
         if not self.out and cfg.stage == "smem" and not self.col_out:
             raise ValueError(f"{type(self).__name__} does not read its row again after reducing it: "
                              "stage='smem' buys nothing, use stage='reg'")
@@ -572,6 +576,24 @@ class Block:
                 mask_access(frag, tXcX, self.h, self.h + self.n, pad, self.load_vec)
 
     @cute.jit
+    def in_row(self, tXcX, like):
+        """1.0 for each value of a fragment laid out like ``like`` (its accesses, or one access;
+        coordinates ``tXcX``) that lies in the row, 0.0 for the rest (what a weighted fold
+        counts)."""
+        frag = cute.make_rmem_tensor_like(like, Float32)
+        frag.fill(1.0)
+        if const_expr(self.head):
+            self.mask(frag, tXcX, 0.0)
+        elif const_expr(not self.even_n):  # whole accesses lie past N
+            if const_expr(cute.rank(frag) == 3):
+                for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
+                    if not tXcX[0, 0, k][1] < self.n:
+                        frag[None, None, k].fill(0.0)
+            elif not tXcX[0][1] < self.n:
+                frag.fill(0.0)
+        return frag.load()
+
+    @cute.jit
     def store(self, mO, tXrO, tXgO, tXcX, tXpX):
         """Store ``tXrO`` to this thread's accesses ``tXgO`` of ``mO`` (rows past M skipped)."""
         if tXcX[0][0] < self.m:
@@ -825,9 +847,12 @@ class Strategy:
             v.col = columns(tXcX, like) - self.b.h if const_expr(self.b.head) else columns(tXcX, like)
         return v
 
-    def fold(self, i, v, results):
-        op = self.op.reductions[i]
-        return op.fold(self.op.fold_input(v, i, results))
+    def fold(self, i, v, results, where=None):
+        """The thread tier of reduction ``i`` over the values ``v``; ``where``: their
+        (coordinates, a fragment laid out like them), for a fold that weighs its elements."""
+        c = self.op.reductions[i]
+        x = self.op.fold_input(v, i, results)
+        return c.fold((x, self.b.in_row(*where)) if const_expr(c.weighted) else x)
 
     def pad(self):
         """The value accesses past N hold: the first reduction's neutral value."""
@@ -867,7 +892,7 @@ class InRegisters(Strategy):
             self.load_columns()
         state = None
         if const_expr(len(self.op.reductions) > 0):
-            state = self.fold(0, self.values(self.x, self.cols), [])
+            state = self.fold(0, self.values(self.x, self.cols), [], (self.tXcX, next(iter(self.frags.values()))))
         return state
 
     @cute.jit
@@ -952,12 +977,13 @@ class Staged(InRegisters):
         # tile, in the fold and in the epilogue), so no barrier is needed.
         c = self.op.reductions[0]
         cute.arch.cp_async_wait_group(groups - 1)
-        state = self.fold(0, self.values(self.access(0, c.pad), {}), [])
+        state = self.fold(0, self.values(self.access(0, c.pad), {}), [], self.where(0))
         for g in cutlass.range_constexpr(groups):
             if const_expr(g > 0):  # the groups up to g have landed
                 cute.arch.cp_async_wait_group(groups - 1 - g)
             state = over_accesses(g * per_group + (1 if g == 0 else 0), (g + 1) * per_group,
-                                  lambda k, st: c.combine(st, self.fold(0, self.values(self.access(k, c.pad), {}), [])),
+                                  lambda k, st: c.combine(st, self.fold(0, self.values(self.access(k, c.pad), {}), [],
+                                                                        self.where(k))),
                                   state)
         return state
 
@@ -976,6 +1002,10 @@ class Staged(InRegisters):
                             cute.copy(stage_copy, tXgX[name][None, None, k], self.staged[name][None, None, k],
                                       pred=None if const_expr(self.tXpX is None) else self.tXpX[None, None, k])
             cute.arch.cp_async_commit_group()
+
+    def where(self, k):
+        """Access k's coordinates and a fragment laid out like it (for ``fold``)."""
+        return self.tXcX[None, None, k], self.staged[self.op.rows[0]][None, None, k]
 
     def access(self, k, pad=None):
         """Access k of every staged row input, as fp32 (in a window, the values outside the

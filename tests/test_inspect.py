@@ -127,8 +127,8 @@ def test_longest_kept_rows_are_staged_in_shared_memory(op, dtype, n):
     assert [int(w) for w in re.findall(r"cp\.async\.wait_group\s+(\d+)", rep.ptx)] == list(range(groups - 1, -1, -1))
     assert width in rep.widths("shared loads") and width in rep.widths("global stores")
     assert cfg.cluster_n > 1 and not rep.has("block barriers")  # the cluster tier needs no bar.sync
-    if op == "layernorm":  # two exchanges a row, each its own mbarrier
-        assert rep.counts["mbarrier ops"]["mbarrier.init.shared.b64"] == 2
+    if op == "layernorm":  # one exchange a row (count, mean and M2 together): one mbarrier
+        assert rep.counts["mbarrier ops"]["mbarrier.init.shared.b64"] == 1
         return
     # against the row kept in registers with the shared kept table's shape
     reg = inspect_op(op, dtype, n, config=row_config("row_reduce_kept", n, BITS[dtype]))
@@ -182,6 +182,31 @@ def test_shared_memory_stage_is_only_for_ops_that_write_rows():
         inspect_op("cross_entropy", "fp32", 65536, config=row_config("rmsnorm", 65536, 32, stage="smem"))
     with pytest.raises(ValueError, match="writes rows"):
         inspect_op("softmax", "fp32", 65536, config=row_config("cross_entropy", 65536, 32))
+
+
+def test_a_weighted_fold_is_a_kept_rows_first_reduction():
+    """MEAN_VAR counts the row's elements from their coordinates, which only the first fold of a
+    kept row is handed: anywhere else the op is refused before it compiles."""
+    import torch
+    from kernels.layernorm import LayerNorm
+    from kernels.reduce import MEAN_VAR, SUM
+
+    class Twice(LayerNorm):
+        reductions = (SUM, MEAN_VAR)
+    with pytest.raises(ValueError, match="weighs its elements"):
+        Twice.compile(torch.bfloat16, 4096)
+
+
+@pytest.mark.parametrize("n", [1024, 4096, 65536, 131072])
+def test_layernorm_reduces_once_a_row(n):
+    """LayerNorm's mean and variance take one exchange: the cluster tier's mbarrier once, and each
+    partial (count, mean, M2, padded to four words) one 128-bit remote store."""
+    rep = inspect_op("layernorm", "bf16", n)
+    assert rep.config.cluster_n > 1 or n == 1024
+    if rep.config.cluster_n > 1:
+        assert rep.counts["mbarrier ops"]["mbarrier.init.shared.b64"] == 1
+        assert rep.widths("remote shared stores") == {128}
+    assert rep.frame_bytes == 0
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])

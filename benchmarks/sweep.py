@@ -164,7 +164,9 @@ def sweep(ops, dtypes, ns, name, out_dir, family="all", max_elems=None):
                           f"{r['registers']:>3} regs {cfg}", flush=True)
             del x, w, b, t, out
             torch.cuda.empty_cache()
-    return H.write_suite(name, rows, H.metadata({"ceilings": ceil}), out_dir)
+            path = H.write_suite(name, rows, H.metadata({"ceilings": ceil}), out_dir)  # (after each N: a run cut
+            # short keeps what it timed)
+    return path
 
 
 def main(argv=None):

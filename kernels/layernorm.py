@@ -1,9 +1,9 @@
 """LayerNorm forward: y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps), row by row.
 
 Bytes that must move: read x, write y (2 * M * N elements), read weight and bias once (they stay
-in L2). The template keeps the row on chip; the op reduces it once, to its mean and the sum of
-squares about it (``MEAN_VAR``: exact even when the mean is far from zero, where the sum of
-squares less the squared sum would cancel), so a row pays one exchange, as RMSNorm's does.
+in L2). The template keeps the row on chip; the op reduces it once, to its count, sum and sum of
+squares about the mean (``MEAN_VAR``: exact even when the mean is far from zero, where the sum
+of squares less the squared sum would cancel), so a row pays one exchange, as RMSNorm's does.
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ class LayerNorm(RowOp):
     out = ("y",)
     row_out = ("mean", "rstd")
     scalars = {"eps": Float32}
-    reductions = (MEAN_VAR,)  # (count, mean, sum of squares about the mean)
+    reductions = (MEAN_VAR,)  # (count, sum, sum of squares about the mean)
     default_present = ("weight", "bias")
 
     def stats(self, results, s):
-        return results[0][1], cute.math.rsqrt(results[0][2] / self.n + s.eps, fastmath=True)
+        return results[0][1] / self.n, cute.math.rsqrt(results[0][2] / self.n + s.eps, fastmath=True)
 
     def epilogue(self, v, results, s):
         mean, rstd = self.stats(results, s)

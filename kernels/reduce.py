@@ -99,30 +99,36 @@ MAX = Combine("max", (-math.inf,), lambda a, b: (cute.arch.fmax(a[0], b[0]),), _
 LOGSUMEXP = Combine("logsumexp", (-math.inf, 0.0), _online_combine, _online_fold, -math.inf)
 
 
-# A row's mean and variance in one exchange: each part of the row is the triple (count, mean,
-# M2 = the sum of squares about that mean), and two parts merge exactly (Chan, Golub and LeVeque,
-# 1979): with d the means' difference, the mean moves by d n_q / n and M2 gains d^2 n_p n_q / n.
-# Squares are taken about a part's own mean, never as E[x^2] - E[x]^2, so a row far from zero
-# keeps its variance. The merge starts from the part of the lower mean, so that both lanes of a
-# shuffle get the same bits whichever they hold; an empty part (0, 0, 0) is the identity (its
-# weight n_q / max(n, 1) is 0, or 1 to within rcp.approx's rounding).
+# A row's mean and variance in one exchange: each part of the row is the triple (count n, sum s,
+# M2 = the sum of squares about the part's mean), and two parts merge exactly (Chan, Golub and
+# LeVeque, 1979): M2 gains (s_a n_b - s_b n_a)^2 / (n_a n_b n), the squared difference of the
+# means weighted by n_a n_b / n. Squares are taken about a part's own mean, never as
+# E[x^2] - E[x]^2, so a row far from zero keeps its variance. The difference is formed as
+# max - min of the two products, the same bits whichever part a lane holds (a butterfly's two
+# lanes then agree); an empty part (0, 0, 0) is the identity. Where no element is padding, every
+# part of a tier holds as many as the next, the counts are numbers known when the kernel is
+# traced (no tier moves them, see ``known``), and the merge is (s_a - s_b)^2 / n.
 def _mean_var_combine(a, b):
-    a_low = a[1] <= b[1]
-    p = tuple(Float32(cutlass.select_(a_low, u, v)) for u, v in zip(a, b))
-    q = tuple(Float32(cutlass.select_(a_low, v, u)) for u, v in zip(a, b))
-    n = p[0] + q[0]
-    f = q[0] * cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0)))
-    d = q[1] - p[1]
-    return (n, p[1] + d * f, (p[2] + q[2]) + d * d * p[0] * f)
+    n = a[0] + b[0]
+    if known(a[0]) and known(b[0]) and a[0] == b[0]:
+        d = a[1] - b[1]
+        return (n, a[1] + b[1], (a[2] + b[2]) + d * d * (1.0 / n))
+    u, v = a[1] * b[0], b[1] * a[0]
+    t = cute.arch.fmax(u, v) - cute.arch.fmin(u, v)
+    return (n, a[1] + b[1], (a[2] + b[2]) + t * t * cute.arch.rcp_approx(cute.arch.fmax(a[0] * b[0] * n, Float32(1.0))))
 
 
 def _mean_var_fold(xw):
+    """(x, in_row): in_row None where the part holds no padding (its count is then its size)."""
     x, in_row = xw  # (x is the padding, 0.0, outside the row)
-    n = in_row.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-    mean = x.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0) * cute.arch.rcp_approx(
-        cute.arch.fmax(n, Float32(1.0)))
-    d = (x - mean) * in_row
-    return (n, mean, (d * d).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
+    s = x.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+    if in_row is None:
+        n = float(cute.size(x.shape))
+        d = x - s * (1.0 / n)
+    else:
+        n = in_row.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
+        d = (x - s * cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0)))) * in_row
+    return (n, s, (d * d).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
 
 
 MEAN_VAR = Combine("mean_var", (0.0, 0.0, 0.0), _mean_var_combine, _mean_var_fold, 0.0, weighted=True)
@@ -204,6 +210,12 @@ LOGSUMEXP2_SUM = Combine("logsumexp2_sum", (-math.inf, 0.0, 0.0),
 
 
 
+def known(v) -> bool:
+    """Is ``v`` a number known when the kernel is traced (not a value in registers)? Every thread
+    runs the same trace, so it is the same in every thread: the tiers pass it on without moving it."""
+    return isinstance(v, (int, float))
+
+
 def thread_reduce(x: cute.TensorSSA, op: Combine):
     """Thread tier: fold this thread's registers into one tuple (no communication)."""
     return op.fold(x)
@@ -214,24 +226,27 @@ def warp_reduce(vals, op: Combine, group: int = WARP_SIZE):
     <= 32). After log2(group) xor-shuffles every lane holds the group's result."""
     offset = group // 2
     while offset > 0:
-        others = tuple(cute.arch.shuffle_sync_bfly(v, offset=offset) for v in vals)
+        others = tuple(v if known(v) else cute.arch.shuffle_sync_bfly(v, offset=offset) for v in vals)
         vals = op.combine(vals, others)
         offset //= 2
     return vals
 
 
-def _read_slots(buf: cute.Tensor, row, n_slots: int, op: Combine):
+def _read_slots(buf: cute.Tensor, row, n_slots: int, op: Combine, parked):
     """Fold the ``n_slots`` partials (a power of two) of ``buf[row, :, :]`` so that every
     lane of the warp ends with the result: with fewer slots than lanes, each aligned
     group of ``n_slots`` lanes reads all of them and reduces among itself; with more,
-    each lane folds every 32nd slot first."""
+    each lane folds every 32nd slot first. A value ``known`` in ``parked`` (what this warp
+    parked) is every slot's, and is not read."""
     lane = cute.arch.lane_idx()
+
+    def slot(i):
+        return tuple(v if known(v) else buf[row, i, k] for k, v in enumerate(parked))
     if n_slots <= WARP_SIZE:
-        vals = tuple(buf[row, lane % n_slots, k] for k in range(op.width))
-        return warp_reduce(vals, op, n_slots)
-    vals = tuple(buf[row, lane, k] for k in range(op.width))
+        return warp_reduce(slot(lane % n_slots), op, n_slots)
+    vals = slot(lane)
     for i in range(1, n_slots // WARP_SIZE):
-        vals = op.combine(vals, tuple(buf[row, lane + i * WARP_SIZE, k] for k in range(op.width)))
+        vals = op.combine(vals, slot(lane + i * WARP_SIZE))
     return warp_reduce(vals, op, WARP_SIZE)
 
 
@@ -244,9 +259,10 @@ def block_reduce(vals, op: cutlass.Constexpr, buf: cute.Tensor, warps_per_row: c
     row, col = warp // warps_per_row, warp % warps_per_row
     if cute.arch.lane_idx() == 0:
         for k in cutlass.range_constexpr(op.width):
-            buf[row, col, k] = vals[k]
+            if const_expr(not known(vals[k])):
+                buf[row, col, k] = vals[k]
     cute.arch.barrier()
-    return _read_slots(buf, row, warps_per_row, op)
+    return _read_slots(buf, row, warps_per_row, op, vals)
 
 
 @cute.jit
@@ -290,12 +306,12 @@ def cluster_reduce(
             n_bytes = rows_per_block * warps_per_row * cluster_n * slot_width * 4
             cute.arch.mbarrier_arrive_and_expect_tx(mbar, n_bytes)
     if lane < cluster_n:
-        words = [vals[k].bitcast(Int32) for k in range(op.width)]
+        words = [Int32(0) if known(vals[k]) else vals[k].bitcast(Int32) for k in range(op.width)]
         words += [Int32(0)] * (slot_width - op.width)
         dst = buf.iterator + cute.crd2idx((row, rank * warps_per_row + col, 0), buf.layout)
         cute.arch.store_async_dsmem(dst, words[0] if slot_width == 1 else tuple(words), mbar, lane)
     cute.arch.mbarrier_wait(mbar, phase)
-    return _read_slots(buf, row, warps_per_row * cluster_n, op)
+    return _read_slots(buf, row, warps_per_row * cluster_n, op, vals)
 
 
 def slot_width(op: Combine) -> int:

@@ -579,7 +579,9 @@ class Block:
     def in_row(self, tXcX, like):
         """1.0 for each value of a fragment laid out like ``like`` (its accesses, or one access;
         coordinates ``tXcX``) that lies in the row, 0.0 for the rest (what a weighted fold
-        counts)."""
+        counts); None where the row fills every access."""
+        if const_expr(self.even_n and not self.head):
+            return None
         frag = cute.make_rmem_tensor_like(like, Float32)
         frag.fill(1.0)
         if const_expr(self.head):

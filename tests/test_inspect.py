@@ -209,6 +209,19 @@ def test_layernorm_reduces_once_a_row(n):
     assert rep.frame_bytes == 0
 
 
+@pytest.mark.parametrize("dtype, n, padded", [("bf16", 32768, False), ("bf16", 32000, True), ("fp32", 4096, False),
+                                             ("fp32", 4000, True), ("bf16", 1024, False), ("bf16", 1000, True)])
+def test_layernorm_moves_its_counts_only_where_they_differ(dtype, n, padded):
+    """Where no access holds padding, every part of a tier counts as many elements as the next:
+    the counts are numbers known at trace time, which no shuffle moves, so LayerNorm's butterflies
+    carry two values (sum, M2) to RMSNorm's one, at the same shape; where some accesses lie past
+    N they carry the count too, three."""
+    rms, ln = inspect_op("rmsnorm", dtype, n), inspect_op("layernorm", dtype, n)
+    assert rms.config == ln.config and (rms.config.cols_covered > n) == padded
+    bfly = [r.counts["warp shuffles"]["shfl.sync.bfly.b32"] for r in (rms, ln)]
+    assert bfly[1] == (3 if padded else 2) * bfly[0], bfly
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("n", [1000, 1024, 8192, 65536, 262144])
 def test_cross_entropy_split_target_order(n, dtype):

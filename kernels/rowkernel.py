@@ -586,7 +586,7 @@ class Block:
         frag.fill(1.0)
         if const_expr(self.head):
             self.mask(frag, tXcX, 0.0)
-        elif const_expr(not self.even_n):  # whole accesses lie past N
+        else:  # whole accesses lie past N
             if const_expr(cute.rank(frag) == 3):
                 for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
                     if not tXcX[0, 0, k][1] < self.n:

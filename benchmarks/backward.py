@@ -105,7 +105,7 @@ def calls(f, op, x, w, b, t):
 
 
 def suite(args, ceil):
-    rows = []
+    rows, timed = [], getattr(args, "timed", [])  # (``timed``: see benchmarks.run.main)
     ns = NS if not args.quick else [4096, 65536]
     if getattr(args, "ns", ""):
         ns = [int(v) for v in args.ns.split(",")]
@@ -118,7 +118,7 @@ def suite(args, ceil):
             for n in ns:
                 m = max(1, (1 << 28) // n)
                 x, w, b, t = _inputs(op, m, n, dt)
-                fns, failed = {}, {}
+                fns, failed, first_row = {}, {}, len(rows)
                 for impl, make in implementations(op):
                     if impl in skip:
                         continue
@@ -144,6 +144,7 @@ def suite(args, ceil):
                                               ceil["copy"], rounds_us=" ".join(f"{v * 1e3:.2f}" for v in times[impl, p]),
                                               **{"pass": p}))
                         print(rows[-1], flush=True)
+                timed.extend(rows[first_row:])
                 del x, w, b, t, fns
                 torch.cuda.empty_cache()
     return rows

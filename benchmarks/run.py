@@ -10,6 +10,7 @@ Every suite measures its ceilings (copy and read-only) in the same run. Peers
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import time
@@ -213,11 +214,12 @@ def suite_op(op: str, points=None):
         ns, dtypes = _filtered(args, ns)
         skip = set(filter(None, getattr(args, "skip", "").split(",")))
         ceiling = ceil["read"] if op == "cross_entropy" else ceil["copy"]
-        rows = []
+        rows, timed = [], getattr(args, "timed", [])
         for name, dt in dtypes.items():
             for n in ns:
                 m = rows_for(n)
                 nbytes = bytes_moved(op, m, n, torch.finfo(dt).bits // 8)
+                first_row = len(rows)
                 fns, extras, failed = {}, {}, {}
                 for impl, make in peer_impls(op):
                     if impl in skip:
@@ -249,6 +251,7 @@ def suite_op(op: str, points=None):
                                           **H.rounds_fields(times, impl),
                                           **extras[impl]))
                     print(rows[-1], flush=True)
+                timed.extend(rows[first_row:])
                 del fns
                 torch.cuda.empty_cache()
         return rows
@@ -315,6 +318,15 @@ SUITES = {
 OP_SUITES = ("rmsnorm", "layernorm", "softmax", "cross_entropy")
 
 
+class TimeLimit(BaseException):
+    """SIGTERM (what ``timeout`` sends) during a suite (a BaseException, as KeyboardInterrupt is,
+    so that the suites' catch of a peer that cannot run a size does not take it)."""
+
+
+def _time_limit(signum, frame):
+    raise TimeLimit()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("suites", nargs="+", choices=sorted(SUITES))
@@ -331,17 +343,34 @@ def main(argv=None):
     p.add_argument("--ns", default="", help="backward, shapes, op suites: the row lengths timed, comma-separated "
                    "(default: all)")
     a = p.parse_args(argv)
+    # A suite stopped by a time limit (SIGTERM) still writes the points it timed, marked cut short
+    # (the op suites, shapes and backward hand each point's rows to ``a.timed`` as they go), and
+    # the run exits 124, as ``timeout`` does.
+    previous = signal.signal(signal.SIGTERM, _time_limit)
+    try:
+        return _run(a)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(a) -> int:
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings (TB/s):", ceil, flush=True)
     for s in a.suites:
         t0 = time.time()
-        rows = SUITES[s](a, ceil)
+        a.timed, cut = [], None
+        try:
+            rows = SUITES[s](a, ceil)
+        except TimeLimit:
+            rows, cut = a.timed, (f"stopped by SIGTERM (a time limit) after {time.time() - t0:.0f} s: the points "
+                                  "timed until then")
         # the ceilings again at the end, so drift within the run shows
         firsts = [r["first_call_s"] for r in rows if "first_call_s" in r]
         meta_ours = {"max_first_call_s": max(firsts), "recompiles_after_first_call":
                      sum(r.get("recompiles_after_first", 0) for r in rows)} if firsts else {}
         meta = H.metadata({**meta_ours, "suite": s, "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"],
-                           "copy_ceiling_end_tb_per_s": H.copy_ceiling(), "seconds": round(time.time() - t0, 1),
+                           "copy_ceiling_end_tb_per_s": None if cut else H.copy_ceiling(),
+                           "seconds": round(time.time() - t0, 1), **({"cut_short": cut} if cut else {}),
                            **({"rounds": a.rounds, "timing": "median of the rounds (rounds_us), the order of the "
                                "implementations alternating; each round the median of 20 calls after 3 warm-up"}
                               if s in OP_SUITES + ("backward", "shapes") else {}),
@@ -351,7 +380,9 @@ def main(argv=None):
                                "alternating"} if s == "host_latency" else {}),
                            **({"bytes_read": REDUCTION_BYTES} if s == "reduction" else {"total_elements": TOTAL})})
         path = H.write_suite(s, rows, meta, a.out)
-        print(f"wrote {path} ({len(rows)} rows, {time.time() - t0:.0f} s)", flush=True)
+        print(f"wrote {path} ({len(rows)} rows, {time.time() - t0:.0f} s){' CUT SHORT' if cut else ''}", flush=True)
+        if cut:
+            return 124
     return 0
 
 

@@ -84,3 +84,43 @@ def test_rounds_fields_against_a_reference():
     f = H.rounds_fields(times, "ours", "quack")
     assert f == {"rounds_us": "1.00 3.00 2.00", "x_quack": 1.0, "rounds_ahead_of_quack": 1}
     assert H.rounds_fields(times, "quack") == {"rounds_us": "2.00 2.00 2.00"}
+
+
+def test_a_suite_cut_short_by_its_time_limit_writes_what_it_timed(monkeypatch, tmp_path):
+    """SIGTERM (``timeout``'s signal) in the middle of a suite: the points timed before it are
+    written, the JSON says the run was cut short, and the run exits 124; the previous handler of
+    SIGTERM is back afterwards."""
+    import json
+    import os
+    import signal
+
+    monkeypatch.setattr(run, "peer_impls", lambda op: [("ours", lambda m, n, dt: (lambda: None))])
+    monkeypatch.setattr(run, "OP_NS", [1024, 4096, 8192])
+    monkeypatch.setattr(run, "DTYPES", {"bf16": torch.bfloat16})
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(H, "copy_ceiling", lambda: 4.0)
+    monkeypatch.setattr(H, "read_ceiling", lambda: 4.5)
+    monkeypatch.setattr(H, "metadata", lambda extra=None: dict(extra or {}))
+    timed_ns = []
+
+    def fake_time(fn, warmup=5, rep=30):
+        if len(timed_ns) == 2:  # the third point: the time limit
+            os.kill(os.getpid(), signal.SIGTERM)
+        return 1.0
+
+    real_row = H.row
+
+    def row(op, impl, dtype, m, n, *args, **kw):
+        timed_ns.append(n)
+        return real_row(op, impl, dtype, m, n, *args, **kw)
+
+    monkeypatch.setattr(H, "time_ms", fake_time)
+    monkeypatch.setattr(H, "row", row)
+    before = signal.getsignal(signal.SIGTERM)
+    assert run.main(["rmsnorm", "--out", str(tmp_path), "--rounds", "1"]) == 124
+    assert signal.getsignal(signal.SIGTERM) is before
+    lines = (tmp_path / "rmsnorm.csv").read_text().splitlines()
+    assert len(lines) == 3 and [ln.split(",")[5] for ln in lines[1:]] == ["1024", "4096"]
+    meta = json.loads((tmp_path / "rmsnorm.json").read_text())
+    assert "SIGTERM" in meta["cut_short"] and meta["copy_ceiling_end_tb_per_s"] is None

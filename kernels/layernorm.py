@@ -2,8 +2,8 @@
 
 Bytes that must move: read x, write y (2 * M * N elements), read weight and bias once (they stay
 in L2). The template keeps the row on chip; the op reduces it once, to its count, sum and sum of
-squares about the mean (``MEAN_VAR``: exact even when the mean is far from zero, where the sum
-of squares less the squared sum would cancel), so a row pays one exchange, as RMSNorm's does.
+squares about the mean (``MEAN_VAR``: accurate when the mean is far from zero, where the sum of
+squares less the squared sum would cancel), so a row pays one exchange, as RMSNorm's does.
 """
 from __future__ import annotations
 

@@ -103,7 +103,9 @@ LOGSUMEXP = Combine("logsumexp", (-math.inf, 0.0), _online_combine, _online_fold
 # M2 = the sum of squares about the part's mean), and two parts merge exactly (Chan, Golub and
 # LeVeque, 1979): M2 gains (s_a n_b - s_b n_a)^2 / (n_a n_b n), the squared difference of the
 # means weighted by n_a n_b / n. Squares are taken about a part's own mean, never as
-# E[x^2] - E[x]^2, so a row far from zero keeps its variance. The difference is formed as
+# E[x^2] - E[x]^2: a row far from zero keeps most of its variance (each merge rounds a difference
+# of partial sums, an error that grows with |mean| / sigma; a second pass about the row's mean,
+# two exchanges, would round less). The difference is formed as
 # max - min of the two products, the same bits whichever part a lane holds (a butterfly's two
 # lanes then agree); an empty part (0, 0, 0) is the identity. Where no element is padding, every
 # part of a tier holds as many as the next, the counts are numbers known when the kernel is
@@ -115,7 +117,8 @@ def _mean_var_combine(a, b):
         return (n, a[1] + b[1], (a[2] + b[2]) + d * d * (1.0 / n))
     u, v = a[1] * b[0], b[1] * a[0]
     t = cute.arch.fmax(u, v) - cute.arch.fmin(u, v)
-    return (n, a[1] + b[1], (a[2] + b[2]) + t * t * cute.arch.rcp_approx(cute.arch.fmax(a[0] * b[0] * n, Float32(1.0))))
+    # (t times t / (n_a n_b n), not t^2 / (...): t^2 overflows fp32 once t passes 1.8e19)
+    return (n, a[1] + b[1], (a[2] + b[2]) + t * (t * cute.arch.rcp_approx(cute.arch.fmax(a[0] * b[0] * n, Float32(1.0)))))
 
 
 def _mean_var_fold(xw):

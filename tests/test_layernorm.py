@@ -70,6 +70,18 @@ def test_rows_far_from_zero(n):
     assert naive_err > 20 * ours, (naive_err, ours)  # the test tells the two algorithms apart
 
 
+@pytest.mark.parametrize("n", [10001, 131071, 262143])
+def test_large_values_do_not_overflow_the_merge(n):
+    """Rows of 1e12 and 0 (fp32, N whose accesses hold padding, so counts are merged at run time):
+    the merge's squared difference of cross products, (n/2)^2 * 1e12 and more, passes fp32's range
+    if squared before it is divided; the variance must stay finite and right (y = -1 or +1)."""
+    x = torch.zeros(4, n, device="cuda")
+    x[:, n // 2:] = 1e12
+    y, mean, rstd = layernorm(x, return_stats=True)
+    assert torch.isfinite(rstd).all() and (rstd > 0).all(), rstd
+    torch.testing.assert_close(y.double(), layernorm_reference(x), rtol=1e-4, atol=1e-4)
+
+
 def test_constant_row_and_eps():
     x = torch.full((4, 4096), 3.0, device="cuda")
     torch.testing.assert_close(layernorm(x, eps=1e-2), torch.zeros_like(x))

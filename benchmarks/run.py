@@ -323,8 +323,18 @@ class TimeLimit(BaseException):
     so that the suites' catch of a peer that cannot run a size does not take it)."""
 
 
-def _time_limit(signum, frame):
-    raise TimeLimit()
+class _Stop:
+    """Where SIGTERM finds the run: inside a suite it raises TimeLimit there; anywhere else (the
+    ceilings, the metadata, the writing) it is only noted, and the run stops at the next suite."""
+    in_suite = False
+    asked = False
+
+    @classmethod
+    def handler(cls, signum, frame):
+        cls.asked = True
+        if cls.in_suite:
+            cls.in_suite = False
+            raise TimeLimit()
 
 
 def main(argv=None):
@@ -343,10 +353,12 @@ def main(argv=None):
     p.add_argument("--ns", default="", help="backward, shapes, op suites: the row lengths timed, comma-separated "
                    "(default: all)")
     a = p.parse_args(argv)
-    # A suite stopped by a time limit (SIGTERM) still writes the points it timed, marked cut short
-    # (the op suites, shapes and backward hand each point's rows to ``a.timed`` as they go), and
-    # the run exits 124, as ``timeout`` does.
-    previous = signal.signal(signal.SIGTERM, _time_limit)
+    # A suite stopped by a time limit (SIGTERM) still writes the points it timed, to <suite>.cut.csv
+    # and its JSON marked cut_short (the op suites, shapes and backward hand each point's rows to
+    # ``a.timed`` as they go); a SIGTERM outside a suite lets the suite's file be written first. The
+    # run then exits 124, as ``timeout`` does.
+    _Stop.in_suite = _Stop.asked = False
+    previous = signal.signal(signal.SIGTERM, _Stop.handler)
     try:
         return _run(a)
     finally:
@@ -357,19 +369,27 @@ def _run(a) -> int:
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings (TB/s):", ceil, flush=True)
     for s in a.suites:
+        if _Stop.asked:
+            return 124
         t0 = time.time()
         a.timed, cut = [], None
         try:
+            _Stop.in_suite = True
             rows = SUITES[s](a, ceil)
         except TimeLimit:
             rows, cut = a.timed, (f"stopped by SIGTERM (a time limit) after {time.time() - t0:.0f} s: the points "
                                   "timed until then")
+        finally:
+            _Stop.in_suite = False
+        if cut and not rows:
+            print(f"{s}: stopped by SIGTERM before its first point: nothing written", flush=True)
+            return 124
         # the ceilings again at the end, so drift within the run shows
         firsts = [r["first_call_s"] for r in rows if "first_call_s" in r]
         meta_ours = {"max_first_call_s": max(firsts), "recompiles_after_first_call":
                      sum(r.get("recompiles_after_first", 0) for r in rows)} if firsts else {}
         meta = H.metadata({**meta_ours, "suite": s, "copy_ceiling_tb_per_s": ceil["copy"], "read_ceiling_tb_per_s": ceil["read"],
-                           "copy_ceiling_end_tb_per_s": None if cut else H.copy_ceiling(),
+                           "copy_ceiling_end_tb_per_s": None if cut or _Stop.asked else H.copy_ceiling(),
                            "seconds": round(time.time() - t0, 1), **({"cut_short": cut} if cut else {}),
                            **({"rounds": a.rounds, "timing": "median of the rounds (rounds_us), the order of the "
                                "implementations alternating; each round the median of 20 calls after 3 warm-up"}
@@ -379,9 +399,10 @@ def _run(a) -> int:
                                "back then a synchronize, the median of the rounds (rounds_us), the order "
                                "alternating"} if s == "host_latency" else {}),
                            **({"bytes_read": REDUCTION_BYTES} if s == "reduction" else {"total_elements": TOTAL})})
-        path = H.write_suite(s, rows, meta, a.out)
+        # (a run cut short is written beside the suite's file, never over it: <suite>.cut.csv)
+        path = H.write_suite(f"{s}.cut" if cut else s, rows, meta, a.out)
         print(f"wrote {path} ({len(rows)} rows, {time.time() - t0:.0f} s){' CUT SHORT' if cut else ''}", flush=True)
-        if cut:
+        if cut or _Stop.asked:
             return 124
     return 0
 

@@ -129,7 +129,7 @@ def registers(cfg, n: int, dtype) -> int:
 def sweep(ops, dtypes, ns, name, out_dir, family="all", max_elems=None):
     ceil = {"copy": H.copy_ceiling(), "read": H.read_ceiling()}
     print("ceilings", ceil, flush=True)
-    rows = []
+    rows, path = [], None
     for dt in dtypes:
         bits = torch.finfo(dt).bits
         for n in ns:

@@ -120,7 +120,35 @@ def test_a_suite_cut_short_by_its_time_limit_writes_what_it_timed(monkeypatch, t
     before = signal.getsignal(signal.SIGTERM)
     assert run.main(["rmsnorm", "--out", str(tmp_path), "--rounds", "1"]) == 124
     assert signal.getsignal(signal.SIGTERM) is before
-    lines = (tmp_path / "rmsnorm.csv").read_text().splitlines()
+    assert not (tmp_path / "rmsnorm.csv").exists()  # (beside the suite's file, never over it)
+    lines = (tmp_path / "rmsnorm.cut.csv").read_text().splitlines()
     assert len(lines) == 3 and [ln.split(",")[5] for ln in lines[1:]] == ["1024", "4096"]
-    meta = json.loads((tmp_path / "rmsnorm.json").read_text())
+    meta = json.loads((tmp_path / "rmsnorm.cut.json").read_text())
     assert "SIGTERM" in meta["cut_short"] and meta["copy_ceiling_end_tb_per_s"] is None
+
+
+def test_a_time_limit_outside_a_suite_lets_it_be_written(monkeypatch, tmp_path):
+    """SIGTERM while the suite's results are being written (here: in its closing metadata): the
+    whole suite is written to its own file, the next suite does not start, and the run exits 124;
+    SIGTERM before a suite's first point writes nothing."""
+    import os
+    import signal
+
+    monkeypatch.setattr(run, "SUITES", {"a": lambda args, ceil: [{"op": "a", "N": 1}],
+                                        "b": lambda args, ceil: [{"op": "b", "N": 1}]})
+    monkeypatch.setattr(H, "copy_ceiling", lambda: 4.0)
+    monkeypatch.setattr(H, "read_ceiling", lambda: 4.5)
+
+    def metadata(extra=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return dict(extra or {})
+    monkeypatch.setattr(H, "metadata", metadata)
+    assert run.main(["a", "b", "--out", str(tmp_path)]) == 124
+    assert (tmp_path / "a.csv").exists() and not (tmp_path / "b.csv").exists()
+
+    def stopped(args, ceil):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return []
+    monkeypatch.setattr(run, "SUITES", {"a": stopped})
+    assert run.main(["a", "--out", str(tmp_path / "empty")]) == 124
+    assert not (tmp_path / "empty").exists()

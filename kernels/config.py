@@ -170,8 +170,13 @@ TABLES = {
     },
 }
 # LayerNorm moves the bytes RMSNorm moves, with one exchange a row of three values (MEAN_VAR) where
-# RMSNorm's has one: it takes RMSNorm's shapes.
-TABLES["layernorm"] = TABLES["rmsnorm"]
+# RMSNorm's has one: RMSNorm's shapes, but 16-bit rows of 8k-64k give a thread 8 accesses, which
+# spreads the longer tree over more elements (TUNING.md#layernorm-own-rows).
+TABLES["layernorm"] = {
+    16: _with(TABLES["rmsnorm"][16], Row(8192, 128, 128), Row(32768, 512, 512, 1, "smem", groups=2),
+              Row(65536, 256, 256, 4, "smem")),
+    32: TABLES["rmsnorm"][32],
+}
 # Softmax's backward keeps two rows (y and dy) where the forward keeps one: RMSNorm's shapes, which
 # stage from 16k 16-bit elements (not swept yet).
 TABLES["softmax_bwd"] = TABLES["rmsnorm"]

@@ -43,8 +43,9 @@ class Combine:
     #: (register fragment of bf16) -> tuple: the same thread tier from the raw registers, for
     #: an op whose fold gains from never widening them all (None: widen, then ``fold``)
     fold_bf16: Callable | None = None
-    #: Whether ``fold`` weighs each element: it then takes the pair (values, in_row), in_row 1.0
-    #: for each element of the row and 0.0 for the padding (a mean and a variance count them)
+    #: Whether ``fold`` counts the elements of the row: it then takes the pair (values, part),
+    #: part None where every element is in the row, else its ``count`` and ``only(values)`` (the
+    #: values with the padding set to 0; ``rowkernel.Part``): a mean and a variance count them
     weighted: bool = False
 
     @property
@@ -117,20 +118,25 @@ def _mean_var_combine(a, b):
         return (n, a[1] + b[1], (a[2] + b[2]) + d * d * (1.0 / n))
     u, v = a[1] * b[0], b[1] * a[0]
     t = cute.arch.fmax(u, v) - cute.arch.fmin(u, v)
-    # (t times t / (n_a n_b n), not t^2 / (...): t^2 overflows fp32 once t passes 1.8e19)
-    return (n, a[1] + b[1], (a[2] + b[2]) + t * (t * cute.arch.rcp_approx(cute.arch.fmax(a[0] * b[0] * n, Float32(1.0)))))
+    # (t times t / (n_a n_b n), not t^2 / (...): t^2 overflows fp32 once t passes 1.8e19; the
+    # weight is a constant where both counts are known, e.g. a staged row's accesses merged in turn)
+    if known(a[0]) and known(b[0]):
+        w = 1.0 / max(a[0] * b[0] * n, 1.0)
+    else:
+        w = cute.arch.rcp_approx(cute.arch.fmax(a[0] * b[0] * n, Float32(1.0)))
+    return (n, a[1] + b[1], (a[2] + b[2]) + t * (t * w))
 
 
 def _mean_var_fold(xw):
-    """(x, in_row): in_row None where the part holds no padding (its count is then its size)."""
-    x, in_row = xw  # (x is the padding, 0.0, outside the row)
+    """(x, part): part None where the part holds no padding (its count is then its size)."""
+    x, part = xw  # (x is the padding, 0.0, outside the row)
     s = x.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-    if in_row is None:
+    if part is None:
         n = float(cute.size(x.shape))
         d = x - s * (1.0 / n)
     else:
-        n = in_row.reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0)
-        d = (x - s * cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0)))) * in_row
+        n = part.count
+        d = part.only(x - s * cute.arch.rcp_approx(cute.arch.fmax(n, Float32(1.0))))
     return (n, s, (d * d).reduce(cute.ReductionOp.ADD, init_val=0.0, reduction_profile=0))
 
 

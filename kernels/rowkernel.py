@@ -575,25 +575,13 @@ class Block:
             else:
                 mask_access(frag, tXcX, self.h, self.h + self.n, pad, self.load_vec)
 
-    @cute.jit
-    def in_row(self, tXcX, like):
-        """1.0 for each value of a fragment laid out like ``like`` (its accesses, or one access;
-        coordinates ``tXcX``) that lies in the row, 0.0 for the rest (what a weighted fold
-        counts); None where the row fills every access."""
+    def part(self, tXcX, like):
+        """This thread's share of the row in a fragment laid out like ``like`` (its accesses, or
+        one access; coordinates ``tXcX``), as a weighted fold sees it (:class:`Part`); None where
+        the row fills every access."""
         if const_expr(self.even_n and not self.head):
             return None
-        frag = cute.make_rmem_tensor_like(like, Float32)
-        frag.fill(1.0)
-        if const_expr(self.head):
-            self.mask(frag, tXcX, 0.0)
-        else:  # whole accesses lie past N
-            if const_expr(cute.rank(frag) == 3):
-                for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
-                    if not tXcX[0, 0, k][1] < self.n:
-                        frag[None, None, k].fill(0.0)
-            elif not tXcX[0][1] < self.n:
-                frag.fill(0.0)
-        return frag.load()
+        return Part(self, tXcX, like)
 
     @cute.jit
     def store(self, mO, tXrO, tXgO, tXcX, tXpX):
@@ -745,6 +733,48 @@ def over_accesses(start: cutlass.Constexpr[int], stop: cutlass.Constexpr[int], b
     return carry
 
 
+class Part:
+    """The elements of a fragment that lie in the row, for a weighted fold: their ``count``
+    and ``only(values)``, the values with every other element set to 0. Both come from the
+    accesses' first coordinates: in a window only a row's first and last access are partial;
+    otherwise an access lies wholly inside N or wholly past it."""
+
+    def __init__(self, b, tXcX, like):
+        self.b, self.tXcX, self.like = b, tXcX, like
+
+    def _accesses(self):
+        """(first column, coordinates) of each access."""
+        t = self.tXcX
+        if const_expr(cute.rank(self.like) == 3):
+            return [(t[0, 0, k][1], t[None, None, k]) for k in range(cute.size(self.like, mode=[2]))]
+        return [(t[0][1], t)]
+
+    @property
+    def count(self):
+        b, vec = self.b, self.b.load_vec
+        n = Int32(0)
+        for c0, _ in self._accesses():
+            if const_expr(b.head):  # the access's columns in [h, h + N)
+                n += cutlass.max(cutlass.min(c0 + vec, b.h + b.n) - cutlass.max(c0, b.h), 0)
+            else:
+                n += cutlass.select_(c0 < b.n, Int32(vec), Int32(0))
+        return Float32(n)
+
+    @cute.jit
+    def only(self, values):
+        frag = cute.make_rmem_tensor_like(self.like, Float32)
+        frag.store(values)
+        if const_expr(self.b.head):
+            self.b.mask(frag, self.tXcX, 0.0)
+        elif const_expr(cute.rank(frag) == 3):
+            for k in cutlass.range_constexpr(cute.size(frag, mode=[2])):
+                if not self.tXcX[0, 0, k][1] < self.b.n:
+                    frag[None, None, k].fill(0.0)
+        elif not self.tXcX[0][1] < self.b.n:
+            frag.fill(0.0)
+        return frag.load()
+
+
 @cute.jit
 def window_predicate(tXcX, end):
     """One flag per access of a window: does it hold an element of the row, one before
@@ -854,7 +884,7 @@ class Strategy:
         (coordinates, a fragment laid out like them), for a fold that weighs its elements."""
         c = self.op.reductions[i]
         x = self.op.fold_input(v, i, results)
-        return c.fold((x, self.b.in_row(*where)) if const_expr(c.weighted) else x)
+        return c.fold((x, self.b.part(*where)) if const_expr(c.weighted) else x)
 
     def pad(self):
         """The value accesses past N hold: the first reduction's neutral value."""
@@ -916,9 +946,26 @@ class InRegisters(Strategy):
             else:
                 self.cols[name] = None
 
+    def by_access(self) -> bool:
+        """Does the epilogue walk the row access by access? A staged row always does; a row in
+        registers where it takes column inputs after the exchange, so that they hold a few
+        accesses of registers, not the thread's whole share beside the row's."""
+        return (self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS and not self.op.fold_uses_columns
+                and any(mW is not None for mW in self.io.cols.values()))
+
+    def like(self):
+        """A fragment laid out as this thread's share of a row (all its accesses)."""
+        return self.frags[self.op.rows[0]]
+
+    def access(self, k, pad=None):
+        """Access k of every row input, as fp32 (already masked, :meth:`load_and_fold`)."""
+        return {name: f[None, None, k].load().to(Float32) for name, f in self.frags.items()}
+
     @cute.jit
     def early_columns(self):
-        if const_expr(self.cfg.elems_per_thread <= COLUMNS_EARLY_MAX_ELEMS and not self.op.fold_uses_columns):
+        if const_expr(self.by_access()):
+            self.columns_ahead()
+        elif const_expr(self.cfg.elems_per_thread <= COLUMNS_EARLY_MAX_ELEMS and not self.op.fold_uses_columns):
             self.load_columns()
 
     @cute.jit
@@ -935,12 +982,75 @@ class InRegisters(Strategy):
 
     @cute.jit
     def write_rows(self, results):
-        if const_expr(len(self.op.out) > 0 and self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS
-                      and not self.op.fold_uses_columns):
-            self.load_columns()
-        ys = self.op.epilogue(self.values(self.x, self.cols, self.tXcX, next(iter(self.frags.values()))), results,
-                              self.io.s)
-        self.store_rows(ys, self.tile, self.tXcX, self.tXpX)
+        if const_expr(self.by_access()):
+            self.write_by_access(results)
+        else:
+            if const_expr(len(self.op.out) > 0 and self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS
+                          and not self.op.fold_uses_columns):
+                self.load_columns()
+            ys = self.op.epilogue(self.values(self.x, self.cols, self.tXcX, next(iter(self.frags.values()))),
+                                  results, self.io.s)
+            self.store_rows(ys, self.tile, self.tXcX, self.tXpX)
+
+    @cute.jit
+    def columns_ahead(self):
+        # Column inputs, ``ahead`` accesses before the one the epilogue works on (all of them
+        # from COLUMNS_ALL_FROM accesses a thread while they take at most COLUMNS_ALL_MAX_REGS
+        # registers, so that their round trips hide behind the exchange): a load may not pass
+        # the output's stores (the compiler cannot tell that they never alias), so without
+        # this every access would wait for its own round trip to L2.
+        vecs, cfg = self.cfg.vecs_per_thread, self.cfg
+        cols = [name for name, mW in self.io.cols.items() if mW is not None]
+        regs = vecs * len(cols) * -(-cfg.vec * self.io.x.element_type.width // 32)
+        self.ahead = vecs if vecs >= COLUMNS_ALL_FROM and regs <= COLUMNS_ALL_MAX_REGS else COLUMNS_AHEAD
+        self.tXgW, self.tXrW = {}, {}
+        for name in cols:
+            mW = self.io.cols[name]
+            if const_expr(self.b.head):  # at the row's shift (Block.window_column)
+                tXgW = mW
+                tXrW = self.b.window_fragment(self.like(), mW)
+            else:
+                tXgW = self.b.column(mW, self.tile)
+                tXrW = cute.make_rmem_tensor_like(tXgW)
+            over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(mW, tXgW, tXrW, k, False), None)
+            if const_expr(self.b.head):  # (after every access's loads)
+                over_accesses(0, min(self.ahead, vecs),
+                              lambda k, _: self.b.partial_word(mW, tXrW[None, None, k], self.tXcX[None, None, k]), None)
+            self.tXgW[name], self.tXrW[name] = tXgW, tXrW
+
+    def load_column(self, mW, tXgW, tXrW, k, partial=True):
+        """Access k of a column input into ``tXrW`` (in a window, ``tXgW`` is the input itself,
+        taken at the row's shift by :meth:`Block.window_column`, with ``partial`` as there)."""
+        if const_expr(self.b.head):
+            self.b.window_column(tXgW, tXrW[None, None, k], self.tXcX[None, None, k], partial)
+        else:
+            self.b.load_column_access(mW, tXgW[None, None, k], tXrW[None, None, k], self.tXcX[None, None, k])
+        return None
+
+    @cute.jit
+    def write_by_access(self, results):
+        b, vecs = self.b, self.cfg.vecs_per_thread
+        tXgO = {name: b.thr.partition_D(b.tiles(mO)[None, None, self.tile]) for name, mO in self.io.out.items()}
+
+        def write(k, _):
+            cols = {name: None for name in self.io.cols}
+            for name, tXrW in self.tXrW.items():
+                if k + self.ahead < vecs:
+                    self.load_column(self.io.cols[name], self.tXgW[name], tXrW, k + self.ahead)
+                cols[name] = tXrW[None, None, k].load().to(Float32)
+            ys = self.op.epilogue(self.values(self.access(k), cols, self.tXcX[None, None, k],
+                                              tXgO[self.op.out[0]][None, None, k]), results, self.io.s)
+            for name, mO in self.io.out.items():
+                tXrO_k = cute.make_rmem_tensor_like(tXgO[name][None, None, k])
+                tXrO_k.store(ys[name].to(mO.element_type))
+                if self.tXcX[0][0] < b.m:
+                    if const_expr(self.b.head):
+                        self.b.store_access(mO, tXrO_k, tXgO[name][None, None, k], self.tXcX[None, None, k])
+                    else:
+                        cute.copy(b.load, tXrO_k, tXgO[name][None, None, k],
+                                  pred=None if self.tXpX is None else self.tXpX[None, None, k])
+            return None
+        over_accesses(0, vecs, write, None)
 
 
 class Staged(InRegisters):
@@ -1005,6 +1115,18 @@ class Staged(InRegisters):
                                       pred=None if const_expr(self.tXpX is None) else self.tXpX[None, None, k])
             cute.arch.cp_async_commit_group()
 
+    def like(self):
+        return self.staged[self.op.rows[0]]
+
+    def by_access(self) -> bool:
+        return True
+
+    def early_columns(self):
+        self.columns_ahead()
+
+    def write_rows(self, results):
+        self.write_by_access(results)
+
     def where(self, k):
         """Access k's coordinates and a fragment laid out like it (for ``fold``)."""
         return self.tXcX[None, None, k], self.staged[self.op.rows[0]][None, None, k]
@@ -1019,41 +1141,6 @@ class Staged(InRegisters):
                 self.b.mask(frag, self.tXcX[None, None, k], pad)
             out[name] = frag.load().to(Float32)
         return out
-
-    @cute.jit
-    def early_columns(self):
-        # Column inputs, ``ahead`` accesses before the one the epilogue works on (all of them
-        # from COLUMNS_ALL_FROM accesses a thread while they take at most COLUMNS_ALL_MAX_REGS
-        # registers, so that their round trips hide behind the exchange): a load may not pass
-        # the output's stores (the compiler cannot tell that they never alias), so without
-        # this every access would wait for its own round trip to L2.
-        vecs, cfg = self.cfg.vecs_per_thread, self.cfg
-        cols = [name for name, mW in self.io.cols.items() if mW is not None]
-        regs = vecs * len(cols) * -(-cfg.vec * self.io.x.element_type.width // 32)
-        self.ahead = vecs if vecs >= COLUMNS_ALL_FROM and regs <= COLUMNS_ALL_MAX_REGS else COLUMNS_AHEAD
-        self.tXgW, self.tXrW = {}, {}
-        for name in cols:
-            mW = self.io.cols[name]
-            if const_expr(self.b.head):  # at the row's shift (Block.window_column)
-                tXgW = mW
-                tXrW = self.b.window_fragment(self.staged[self.op.rows[0]], mW)
-            else:
-                tXgW = self.b.column(mW, self.tile)
-                tXrW = cute.make_rmem_tensor_like(tXgW)
-            over_accesses(0, min(self.ahead, vecs), lambda k, _: self.load_column(mW, tXgW, tXrW, k, False), None)
-            if const_expr(self.b.head):  # (after every access's loads)
-                over_accesses(0, min(self.ahead, vecs),
-                              lambda k, _: self.b.partial_word(mW, tXrW[None, None, k], self.tXcX[None, None, k]), None)
-            self.tXgW[name], self.tXrW[name] = tXgW, tXrW
-
-    def load_column(self, mW, tXgW, tXrW, k, partial=True):
-        """Access k of a column input into ``tXrW`` (in a window, ``tXgW`` is the input itself,
-        taken at the row's shift by :meth:`Block.window_column`, with ``partial`` as there)."""
-        if const_expr(self.b.head):
-            self.b.window_column(tXgW, tXrW[None, None, k], self.tXcX[None, None, k], partial)
-        else:
-            self.b.load_column_access(mW, tXgW[None, None, k], tXrW[None, None, k], self.tXcX[None, None, k])
-        return None
 
     @cute.jit
     def refold(self, i, results):
@@ -1072,30 +1159,6 @@ class Staged(InRegisters):
             return c.combine(state, p)
         return over_accesses(0, self.cfg.vecs_per_thread, part, tuple(Float32(e) for e in c.identity))
 
-    @cute.jit
-    def write_rows(self, results):
-        b, vecs = self.b, self.cfg.vecs_per_thread
-        tXgO = {name: b.thr.partition_D(b.tiles(mO)[None, None, self.tile]) for name, mO in self.io.out.items()}
-
-        def write(k, _):
-            cols = {name: None for name in self.io.cols}
-            for name, tXrW in self.tXrW.items():
-                if k + self.ahead < vecs:
-                    self.load_column(self.io.cols[name], self.tXgW[name], tXrW, k + self.ahead)
-                cols[name] = tXrW[None, None, k].load().to(Float32)
-            ys = self.op.epilogue(self.values(self.access(k), cols, self.tXcX[None, None, k],
-                                              tXgO[self.op.out[0]][None, None, k]), results, self.io.s)
-            for name, mO in self.io.out.items():
-                tXrO_k = cute.make_rmem_tensor_like(tXgO[name][None, None, k])
-                tXrO_k.store(ys[name].to(mO.element_type))
-                if self.tXcX[0][0] < b.m:
-                    if const_expr(self.b.head):
-                        self.b.store_access(mO, tXrO_k, tXgO[name][None, None, k], self.tXcX[None, None, k])
-                    else:
-                        cute.copy(b.load, tXrO_k, tXgO[name][None, None, k],
-                                  pred=None if self.tXpX is None else self.tXpX[None, None, k])
-            return None
-        over_accesses(0, vecs, write, None)
 
 
 class StagedWalk(Staged):

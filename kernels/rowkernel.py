@@ -48,8 +48,9 @@ from .layout import access_atom, column_predicate, make_row_copy, make_stage_cop
 from .reduce import cluster_reduce_setup, row_reduce, slot_width
 
 #: Column inputs (a weight, a bias) of a row kept in registers are loaded before the reduction
-#: when a thread holds at most this many elements (their latency hides behind the exchange),
-#: else after it (they would hold registers across it). A staged row loads them in the
+#: when a thread holds at most this many elements of them, all inputs together (their latency
+#: hides behind the exchange), else in the epilogue, as a staged row's are (all of them would
+#: hold registers across the exchange, beside the row's: TUNING.md#epilogue-by-access). A staged row loads them in the
 #: epilogue, ``COLUMNS_AHEAD`` accesses ahead of the one it works on, or all of them before
 #: the exchange from ``COLUMNS_ALL_FROM`` accesses a thread (TUNING.md#weight-prefetch, TUNING.md#weight-ahead).
 COLUMNS_EARLY_MAX_ELEMS = 32
@@ -946,12 +947,16 @@ class InRegisters(Strategy):
             else:
                 self.cols[name] = None
 
+    def column_elems(self) -> int:
+        """Elements of column inputs a thread holds for its share of the row, all inputs together."""
+        return self.cfg.elems_per_thread * sum(mW is not None for mW in self.io.cols.values())
+
     def by_access(self) -> bool:
         """Does the epilogue walk the row access by access? A staged row always does; a row in
-        registers where it takes column inputs after the exchange, so that they hold a few
-        accesses of registers, not the thread's whole share beside the row's."""
-        return (self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS and not self.op.fold_uses_columns
-                and any(mW is not None for mW in self.io.cols.values()))
+        registers where its column inputs are too many to hold across the exchange, so that
+        they take a few accesses of registers, loaded ahead of the one the epilogue works on."""
+        return (self.column_elems() > COLUMNS_EARLY_MAX_ELEMS and len(self.op.out) > 0
+                and not self.op.fold_uses_columns)
 
     def like(self):
         """A fragment laid out as this thread's share of a row (all its accesses)."""
@@ -965,7 +970,7 @@ class InRegisters(Strategy):
     def early_columns(self):
         if const_expr(self.by_access()):
             self.columns_ahead()
-        elif const_expr(self.cfg.elems_per_thread <= COLUMNS_EARLY_MAX_ELEMS and not self.op.fold_uses_columns):
+        elif const_expr(not self.op.fold_uses_columns):
             self.load_columns()
 
     @cute.jit
@@ -985,9 +990,6 @@ class InRegisters(Strategy):
         if const_expr(self.by_access()):
             self.write_by_access(results)
         else:
-            if const_expr(len(self.op.out) > 0 and self.cfg.elems_per_thread > COLUMNS_EARLY_MAX_ELEMS
-                          and not self.op.fold_uses_columns):
-                self.load_columns()
             ys = self.op.epilogue(self.values(self.x, self.cols, self.tXcX, next(iter(self.frags.values()))),
                                   results, self.io.s)
             self.store_rows(ys, self.tile, self.tXcX, self.tXpX)

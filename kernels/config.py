@@ -170,10 +170,10 @@ TABLES = {
     },
 }
 # LayerNorm moves the bytes RMSNorm moves, with one exchange a row of three values (MEAN_VAR) where
-# RMSNorm's has one: RMSNorm's shapes, but 16-bit rows of 8k-64k give a thread 8 accesses, which
-# spreads the longer tree over more elements (TUNING.md#layernorm-own-rows).
+# RMSNorm's has one: RMSNorm's shapes, but 16-bit rows of 1k and of 8k-64k give a thread 4 and 8
+# accesses, which spreads the longer tree over more elements (TUNING.md#layernorm-own-rows).
 TABLES["layernorm"] = {
-    16: _with(TABLES["rmsnorm"][16], Row(8192, 128, 128), Row(32768, 512, 512, 1, "smem", groups=2),
+    16: _with(TABLES["rmsnorm"][16], Row(1024, 32, 128), Row(8192, 128, 128), Row(32768, 512, 512, 1, "smem", groups=2),
               Row(65536, 256, 256, 4, "smem")),
     32: TABLES["rmsnorm"][32],
 }
@@ -228,11 +228,11 @@ KEEP_COVERAGE = 0.97
 MAX_VECS = {"reg": 8, "smem": 16, "stream": 8}
 STREAM_VECS = (4, 8)
 # A 16-bit row of RMSNorm or LayerNorm in its window, kept in registers, with its weight cut out
-# of the vector's words at every access: one row a block of 128 to 512 threads, as few as give
-# each thread at most four accesses, beat the table's and the rule's shapes (more accesses a
-# thread, blocks of several rows or a cluster) where it covers the window (TUNING.md#window-rows).
-WINDOW_ONE_BLOCK = {"rmsnorm": (16,), "layernorm": (16,)}
-WINDOW_VECS, WINDOW_THREADS = 4, (128, 512)
+# of the vector's words at every access: no cluster, as few threads a row as give each at most
+# ``vecs`` accesses, where that is ``threads`` (lo, hi); a block of one row, or of 128 threads.
+# RMSNorm: at most four accesses, 128 to 512 threads (TUNING.md#window-rows); LayerNorm, whose
+# three-value tree costs more a row, at most eight, from 32 threads (TUNING.md#layernorm-own-rows).
+WINDOW_ROWS = {"rmsnorm": {16: (4, (128, 512))}, "layernorm": {16: (8, (32, 512))}}
 
 
 @dataclass(frozen=True)
@@ -426,11 +426,13 @@ def row_config(op: str, n: int, elem_bits: int, *, vec: int | None = None, max_t
         raise ValueError(f"max_tier must be one of {TIERS}, got {max_tier!r}")
     cfg = table_row_config(op, n, elem_bits, vec=vec, max_tier=max_tier, stage=stage, head=head)
     width = 16 if elem_bits <= 16 else 32
-    if head and width in WINDOW_ONE_BLOCK.get(op, ()) and max_tier == "cluster" and stage is None and cfg.stage == "reg":
+    window = WINDOW_ROWS.get(op, {}).get(width)
+    if head and window and max_tier == "cluster" and stage is None and cfg.stage == "reg":
+        vecs, (lo, hi) = window
         nvec = accesses(n, cfg.vec, head)
-        threads = _next_pow2(-(-nvec // WINDOW_VECS))
-        if WINDOW_THREADS[0] <= threads <= WINDOW_THREADS[1]:
-            return RowConfig(threads, threads, 1, cfg.vec, -(-nvec // threads), head=True)
+        threads = _next_pow2(-(-nvec // vecs))
+        if lo <= threads <= hi:
+            return RowConfig(threads, max(threads, 128), 1, cfg.vec, -(-nvec // threads), head=True)
     if (width in ANY_N.get(op, ()) and max_tier == "cluster" and stage is None and cfg.vec * elem_bits == 128
             and coverage(cfg, n) < KEEP_COVERAGE):
         # (max keeps the first of equals: the row N falls in before the row below)

@@ -216,11 +216,12 @@ def test_between_rows_the_accesses_cover_the_row_at_least_as_well(op, bits):
         head = n % (128 // bits) != 0
         cfg, table = row_config(op, n, bits, head=head), C.table_row_config(op, n, bits, head=head)
         cfg.check(n, bits)
-        if head and bits in C.WINDOW_ONE_BLOCK.get(op, ()) and table.stage == "reg" and cfg.cluster_n == 1 \
-                and cfg.rows_per_block == 1 and cfg.threads_per_row >= C.WINDOW_THREADS[0]:
-            # the window's own shape: one row a block, at most WINDOW_VECS accesses a thread,
-            # the fewest threads that give that
-            assert cfg.vecs_per_thread <= C.WINDOW_VECS < 2 * cfg.vecs_per_thread, (n, cfg)
+        window = C.WINDOW_ROWS.get(op, {}).get(bits)
+        if head and window and table.stage == "reg" and cfg.cluster_n == 1 \
+                and cfg.threads_per_block == max(cfg.threads_per_row, 128) and window[1][0] <= cfg.threads_per_row:
+            # the window's own shape: no cluster, at most `vecs` accesses a thread, the fewest
+            # threads that give that, a block of one row or of 128 threads
+            assert cfg.vecs_per_thread <= window[0] < 2 * cfg.vecs_per_thread, (n, cfg)
             continue
         assert cfg.head == head and cfg.vecs_per_thread <= max(C.MAX_VECS[cfg.stage], table.vecs_per_thread)
         assert C.coverage(cfg, n) >= C.coverage(table, n) - 0.005, (n, cfg, table)

@@ -170,8 +170,8 @@ TABLES = {
     },
 }
 # LayerNorm moves the bytes RMSNorm moves, with one exchange a row of three values (MEAN_VAR) where
-# RMSNorm's has one: RMSNorm's shapes, but 16-bit rows of 1k and of 8k-64k give a thread 4 and 8
-# accesses, which spreads the longer tree over more elements (TUNING.md#layernorm-own-rows).
+# RMSNorm's has one: RMSNorm's shapes, but 16-bit rows of 1k, and of 8k, 32k and 64k, give a thread
+# 4 and 8 accesses, which spreads the longer tree over more elements (TUNING.md#layernorm-own-rows).
 TABLES["layernorm"] = {
     16: _with(TABLES["rmsnorm"][16], Row(1024, 32, 128), Row(8192, 128, 128), Row(32768, 512, 512, 1, "smem", groups=2),
               Row(65536, 256, 256, 4, "smem")),

@@ -49,10 +49,11 @@ from .reduce import cluster_reduce_setup, row_reduce, slot_width
 
 #: Column inputs (a weight, a bias) of a row kept in registers are loaded before the reduction
 #: when a thread holds at most this many elements of them, all inputs together (their latency
-#: hides behind the exchange), else in the epilogue, as a staged row's are (all of them would
-#: hold registers across the exchange, beside the row's: TUNING.md#epilogue-by-access). A staged row loads them in the
-#: epilogue, ``COLUMNS_AHEAD`` accesses ahead of the one it works on, or all of them before
-#: the exchange from ``COLUMNS_ALL_FROM`` accesses a thread (TUNING.md#weight-prefetch, TUNING.md#weight-ahead).
+#: hides behind the exchange), else in the epilogue, as a staged row's always are: all of them
+#: would hold registers across the exchange, beside the row's (TUNING.md#weight-prefetch,
+#: TUNING.md#epilogue-by-access). The epilogue then loads them ``COLUMNS_AHEAD`` accesses ahead
+#: of the one it works on, or all of them before the exchange from ``COLUMNS_ALL_FROM`` accesses
+#: a thread while they take at most ``COLUMNS_ALL_MAX_REGS`` registers (TUNING.md#weight-ahead).
 COLUMNS_EARLY_MAX_ELEMS = 32
 COLUMNS_AHEAD = 2
 COLUMNS_ALL_FROM = 8

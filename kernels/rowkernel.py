@@ -744,18 +744,18 @@ class Part:
     def __init__(self, b, tXcX, like):
         self.b, self.tXcX, self.like = b, tXcX, like
 
-    def _accesses(self):
-        """(first column, coordinates) of each access."""
+    def _first_columns(self):
+        """The first column of each access."""
         t = self.tXcX
         if const_expr(cute.rank(self.like) == 3):
-            return [(t[0, 0, k][1], t[None, None, k]) for k in range(cute.size(self.like, mode=[2]))]
-        return [(t[0][1], t)]
+            return [t[0, 0, k][1] for k in range(cute.size(self.like, mode=[2]))]
+        return [t[0][1]]
 
     @property
     def count(self):
         b, vec = self.b, self.b.load_vec
         n = Int32(0)
-        for c0, _ in self._accesses():
+        for c0 in self._first_columns():
             if const_expr(b.head):  # the access's columns in [h, h + N)
                 n += cutlass.max(cutlass.min(c0 + vec, b.h + b.n) - cutlass.max(c0, b.h), 0)
             else:
@@ -1123,12 +1123,6 @@ class Staged(InRegisters):
 
     def by_access(self) -> bool:
         return True
-
-    def early_columns(self):
-        self.columns_ahead()
-
-    def write_rows(self, results):
-        self.write_by_access(results)
 
     def where(self, k):
         """Access k's coordinates and a fragment laid out like it (for ``fold``)."""

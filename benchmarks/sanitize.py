@@ -31,7 +31,9 @@ from kernels.cross_entropy import cross_entropy_backward_out
 from kernels.norm_backward import layernorm_backward_out, rmsnorm_backward_out
 from kernels.softmax import softmax_backward_out
 
-NS = (1, 3001, 50257, 131071, 262144)
+#: Row lengths: one element, odd (rows in aligned windows), an even vocabulary whose last column
+#: tile N does not fill (staged rows read past N), odd at a cluster, and a full cluster row.
+NS = (1, 3001, 50257, 128256, 131071, 262144)
 #: Offsets (elements) of the misaligned views, each at every N.
 OFFSETS = (0, 1, 7)
 

@@ -1130,10 +1130,12 @@ class Staged(InRegisters):
 
     def access(self, k, pad=None):
         """Access k of every staged row input, as fp32 (in a window, the values outside the
-        row replaced by ``pad`` where one is given)."""
+        row replaced by ``pad`` where one is given). An access past N holds ``pad`` or else
+        the fold's: never stored, but defined, so that the compiler need not keep its own copy
+        of the row from the fold to the epilogue (TUNING.md#staged-reads-past-n)."""
         out = {}
         for name, sX in self.staged.items():
-            frag = load_access(sX, self.tXpX, k, self.b.load, pad)
+            frag = load_access(sX, self.tXpX, k, self.b.load, self.pad() if pad is None and not self.b.head else pad)
             if const_expr(pad is not None):
                 self.b.mask(frag, self.tXcX[None, None, k], pad)
             out[name] = frag.load().to(Float32)

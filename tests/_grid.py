@@ -2,8 +2,9 @@
 import torch
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-# Ragged N, every vector width, and every cluster size the table picks (1, 2, 4, 8, 16).
-NS = [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 32768, 65536, 131071, 131072, 262144]
+# Ragged N, every vector width, and every cluster size the table picks (1, 2, 4, 8, 16); 128256
+# (Llama 3's vocabulary) is even and leaves its staged row's last column tile part empty.
+NS = [1, 7, 64, 1000, 1024, 4097, 8192, 16384, 32768, 65536, 128256, 131071, 131072, 262144]
 # Each stage forced where the table may pick the other one (its choice depends on the
 # element width): the row staged in shared memory at short and middle N (N = 1000: two
 # rows a block; ragged 65535 and 262143), the row in registers at the longest N.

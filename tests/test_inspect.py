@@ -171,6 +171,20 @@ def test_a_ragged_tile_costs_the_weight_no_registers(dtype, n, full):
         assert 2 * 512 * rep.registers <= 65536
 
 
+@pytest.mark.parametrize("op,dtype,n,full", [("layernorm", "bf16", 128256, 131072), ("layernorm", "bf16", 151936, 262144),
+                                             ("layernorm", "bf16", 256000, 262144), ("layernorm", "fp32", 151936, 262144),
+                                             ("softmax", "fp32", 256000, 262144)])
+def test_a_staged_rows_reads_past_n_cost_no_registers(op, dtype, n, full):
+    """A staged row whose last column tile N does not fill: the fold and the epilogue read the
+    accesses past N back from shared memory as the pad, not as whatever the registers held, so
+    the compiler keeps no fp32 copy of the row between them (LayerNorm bf16 128256 took 106
+    registers, 151936 128: one block of 512 threads an SM; benchmarks/TUNING.md#staged-reads-past-n)."""
+    rep, ref = inspect_op(op, dtype, n), inspect_op(op, dtype, full)
+    assert rep.config.stage == ref.config.stage == "smem" and rep.config.cols_covered > n and not rep.config.head
+    assert rep.frame_bytes == 0 and rep.registers <= ref.registers + 10, (rep.registers, ref.registers)
+    assert 2 * rep.config.threads_per_block * rep.registers <= 65536  # two blocks an SM
+
+
 @pytest.mark.parametrize("n", [1000, 8192, 65536])
 def test_shared_memory_stage_compiles_for_any_kept_row(n):
     """Forced by ``config=``, the stage works where the table keeps registers too, including

@@ -260,16 +260,12 @@ def work_buffer(m: int, device) -> torch.Tensor:
 class CrossEntropyBackward(RowOp):
     """dlogits = (exp(x - lse) - onehot(target)) g over each row, from the forward's logsumexp:
     reads the logits, writes their gradient (in place, over the logits, if asked); nothing to
-    reduce. g is the row's share of the loss's gradient (``dloss``: one a row, or one for all,
-    divided by a mean's ``count`` where one is given), 0 where the target is ignore_index.
-    options (per_row, smoothing, zloss): with label smoothing e the one-hot becomes
-    (1 - e) onehot + e / N, with the z-loss p gains a factor 1 + 2 z lse."""
+    reduce. g is the row's share of the loss's gradient (``dloss``: one a row, or one for all),
+    0 where the target is ignore_index. options (per_row, smoothing, zloss): with label smoothing
+    e the one-hot becomes (1 - e) onehot + e / N, with the z-loss p gains a factor 1 + 2 z lse."""
 
     table = "cross_entropy_bwd"
     row_in = ("target", "lse", "dloss")
-    # a mean's count of rows (fp32, (1,)), divided here rather than by a launch of its own on
-    # the host's way through a training step (TUNING.md#cross-entropy-step-host)
-    extra = ("count",)
     out = ("dx",)
     scalars = {"ignore_index": Int32, "smoothing": Float32, "z": Float32}
     needs_columns = True
@@ -282,9 +278,6 @@ class CrossEntropyBackward(RowOp):
     def row_in_extent(self, name, m):
         return m if self.per_row or name != "dloss" else 1
 
-    def fake_extra(self, m):
-        return (fake_vector(Float32, 1),) if "count" in self.present else ()
-
     @cute.jit
     def row_inputs(self, io, b):
         ignore = Int64(io.s.ignore_index)
@@ -294,8 +287,6 @@ class CrossEntropyBackward(RowOp):
             target = Int64(io.row_in["target"][row])
             lse = Float32(io.row_in["lse"][row])
             g = Float32(io.row_in["dloss"][row if const_expr(self.per_row) else 0])
-            if const_expr(io.extra["count"] is not None):
-                g = g / Float32(io.extra["count"][0])
         if target == ignore:
             g = Float32(0.0)
         return {"target": Int32(target), "lse": lse, "g": g}
@@ -316,20 +307,17 @@ class CrossEntropyBackward(RowOp):
 
 def cross_entropy_backward_out(dloss: torch.Tensor, logits: torch.Tensor, target: torch.Tensor, lse: torch.Tensor,
                                dlogits: torch.Tensor, ignore_index: int = -100, *, label_smoothing: float = 0.0,
-                               lse_square_scale: float = 0.0, count: torch.Tensor | None = None, config=None,
-                               remember=None) -> torch.Tensor:
+                               lse_square_scale: float = 0.0, config=None, remember=None) -> torch.Tensor:
     """Write the gradient of the per-row losses into ``dlogits`` (the logits' shape and dtype; the
     logits themselves for an in-place backward): ``dloss`` holds one gradient a row (M,) or one
-    for every row (1,); for a mean, either already divided by the rows it counted or with that
-    count given (``count``, fp32 (1,), the forward's: the kernel divides); ``lse`` is the
-    forward's. ``remember``: the key under which a fast path of ``kernels.functional`` finds the
-    kernel."""
+    for every row (1,), already divided by the count for a mean; ``lse`` is the forward's.
+    ``remember``: the key under which a fast path of ``kernels.functional`` finds the kernel."""
     return backward_launch(CrossEntropyBackward, dloss, logits, target, lse, dlogits, ignore_index, label_smoothing,
-                           lse_square_scale, config, remember=remember, count=count)
+                           lse_square_scale, config, remember=remember)
 
 
 def backward_launch(op, dloss, logits, target, lse, dlogits, ignore_index, label_smoothing, lse_square_scale, config,
-                    names=("logits", "dloss"), more=(), remember=None, count=None):
+                    names=("logits", "dloss"), more=(), remember=None):
     """Check the backward's inputs (``names``: what the logits and the loss's gradient are
     called in errors) and launch ``op`` (``CrossEntropyBackward`` or an op of its signature with
     the scalars ``more`` after its own)."""
@@ -340,12 +328,10 @@ def backward_launch(op, dloss, logits, target, lse, dlogits, ignore_index, label
     validate.per_row(lse, m, logits.device, "lse")
     per_row = dloss.numel() != 1 or m == 1
     validate.per_row(dloss.reshape(-1), m if per_row else 1, logits.device, names[1])
-    if count is not None:
-        validate.per_row(count, 1, logits.device, "count")
     validate.on_cuda(logits, names[0])
     if m:
         op.launch(rows, config, (per_row, label_smoothing != 0, lse_square_scale != 0), rows=(rows,),
-                  row_in=(target, lse, dloss.reshape(-1)), out=(validate.rows(dlogits, "dlogits"),), extra=(count,),
+                  row_in=(target, lse, dloss.reshape(-1)), out=(validate.rows(dlogits, "dlogits"),),
                   scalars=(ignore_index, float(label_smoothing), float(lse_square_scale)) + tuple(more),
                   remember=remember if config is None else None)
     return dlogits

@@ -440,11 +440,10 @@ def _(logits, target, ignore_index, reduction, label_smoothing, lse_square_scale
     return loss, logits.new_empty((m,), dtype=torch.float32), logits.new_empty((1,), dtype=torch.float32)
 
 
-def _cross_entropy_backward_body(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, count: Optional[Tensor],
-                                 ignore_index: int, label_smoothing: float, lse_square_scale: float) -> Tensor:
+def _cross_entropy_backward_body(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
+                                 label_smoothing: float, lse_square_scale: float) -> Tensor:
     return _ce.cross_entropy_backward_out(g, logits, target, lse, torch.empty_like(logits), ignore_index,
-                                          label_smoothing=label_smoothing, lse_square_scale=lse_square_scale,
-                                          count=count)
+                                          label_smoothing=label_smoothing, lse_square_scale=lse_square_scale)
 
 
 _cross_entropy_backward_op = torch.library.custom_op(f"{LIB}::cross_entropy_backward", mutates_args=(),
@@ -452,15 +451,14 @@ _cross_entropy_backward_op = torch.library.custom_op(f"{LIB}::cross_entropy_back
 
 
 @_cross_entropy_backward_op.register_fake
-def _(g, logits, target, lse, count, ignore_index, label_smoothing, lse_square_scale):
+def _(g, logits, target, lse, ignore_index, label_smoothing, lse_square_scale):
     return torch.empty_like(logits)
 
 
-def _cross_entropy_backward_inplace_body(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor,
-                                         count: Optional[Tensor], ignore_index: int, label_smoothing: float,
-                                         lse_square_scale: float) -> None:
+def _cross_entropy_backward_inplace_body(g: Tensor, logits: Tensor, target: Tensor, lse: Tensor, ignore_index: int,
+                                         label_smoothing: float, lse_square_scale: float) -> None:
     _ce.cross_entropy_backward_out(g, logits, target, lse, logits, ignore_index, label_smoothing=label_smoothing,
-                                   lse_square_scale=lse_square_scale, count=count)
+                                   lse_square_scale=lse_square_scale)
 
 
 _cross_entropy_backward_inplace_op = torch.library.custom_op(
@@ -468,7 +466,7 @@ _cross_entropy_backward_inplace_op = torch.library.custom_op(
 
 
 @_cross_entropy_backward_inplace_op.register_fake
-def _(g, logits, target, lse, count, ignore_index, label_smoothing, lse_square_scale):
+def _(g, logits, target, lse, ignore_index, label_smoothing, lse_square_scale):
     return None
 
 
@@ -480,25 +478,21 @@ def _cross_entropy_setup(ctx, inputs, output):
 
 def _cross_entropy_bwd(ctx, dloss, _dlse, _dcount):
     logits, target, lse, count = ctx.saved_tensors
-    # (a mean's division by its count is the kernel's: no launch of its own)
-    mean = ctx.reduction == "mean"
-    g = _ce.row_gradients(dloss.float().contiguous(), target, ctx.ignore_index, "sum" if mean else ctx.reduction)
-    count = count if mean else None
-    args = (g, logits, target, lse, count, ctx.ignore_index, ctx.smoothing, ctx.z)
+    g = _ce.row_gradients(dloss.float().contiguous(), target, ctx.ignore_index, ctx.reduction, count)
+    args = (g, logits, target, lse, ctx.ignore_index, ctx.smoothing, ctx.z)
     rest = (None,) * 6
-    if not _eager(g, logits, target, lse, count):
+    if not _eager(g, logits, target, lse):
         if ctx.inplace:
             _cross_entropy_backward_inplace_op(*args)
             return (logits,) + rest
         return (_cross_entropy_backward_op(*args),) + rest
     dlogits = logits if ctx.inplace else torch.empty_like(logits)
     options = (g.numel() != 1 or logits.shape[0] == 1, ctx.smoothing != 0, ctx.z != 0)  # (per-row g, as launched)
-    _launch_remembered(_ce.CrossEntropyBackward, logits, (target.dtype, mean) + options,
-                       (logits, dlogits, target, lse, g) + ((count,) if mean else ())
-                       + (ctx.ignore_index, float(ctx.smoothing), float(ctx.z)),
+    _launch_remembered(_ce.CrossEntropyBackward, logits, (target.dtype,) + options,
+                       (logits, dlogits, target, lse, g, ctx.ignore_index, float(ctx.smoothing), float(ctx.z)),
                        lambda key: _ce.cross_entropy_backward_out(g, logits, target, lse, dlogits, ctx.ignore_index,
                                                                   label_smoothing=ctx.smoothing,
-                                                                  lse_square_scale=ctx.z, count=count, remember=key))
+                                                                  lse_square_scale=ctx.z, remember=key))
     return (dlogits,) + rest
 
 

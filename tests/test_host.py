@@ -147,7 +147,7 @@ def test_cross_entropy_backward_takes_one_dloss_or_one_a_row(per_row):
     """The backward of a mean or sum gets one dloss for every row, (1,); of reduction='none', one
     a row, (M,): the compiled signature must say so, or every such call is refused at launch."""
     from kernels.cross_entropy import CrossEntropyBackward
-    c = CrossEntropyBackward.compile(torch.bfloat16, 1024, 8, (False,), (torch.int64, torch.float32, torch.float32),
+    c = CrossEntropyBackward.compile(torch.bfloat16, 1024, 8, (), (torch.int64, torch.float32, torch.float32),
                                      None, (per_row, False, False))
     x = torch.randn(4, 1024, dtype=torch.bfloat16)
     t, lse, g = torch.zeros(4, dtype=torch.int64), torch.zeros(4), torch.ones(4 if per_row else 1)
@@ -390,7 +390,7 @@ def test_the_training_fast_paths_pass_what_the_kernel_takes(path, monkeypatch):
     # (position, tensor): the caller's tensors where the kernel takes them, by identity
     at = {"rmsnorm": ((0, x), (2, w)), "layernorm": ((0, x), (2, w), (3, b)), "softmax": ((0, x),),
           "cross_entropy": ((0, x), (1, t)), "cross_entropy_rows": ((0, x), (1, t)),
-          "softmax_bwd": ((0, x), (1, dy)), "cross_entropy_bwd": ((0, x), (2, t), (3, stat), (5, ce_ctx.saved_tensors[3])),
+          "softmax_bwd": ((0, x), (1, dy)), "cross_entropy_bwd": ((0, x), (2, t), (3, stat)),
           "rmsnorm_bwd": ((0, x), (1, dy), (3, w), (4, stat)),
           "layernorm_bwd": ((0, x), (1, dy), (3, w), (4, stat), (5, stat2))}[path]
     cls, key, call, compiled = {
@@ -408,9 +408,9 @@ def test_the_training_fast_paths_pass_what_the_kernel_takes(path, monkeypatch):
                                                             ("none", False, False))),
         "softmax_bwd": (SoftmaxBackward, (dt, n), lambda: Fn._softmax_bwd(SimpleNamespace(saved_tensors=(x,)), dy),
                         lambda: SoftmaxBackward.compile(dt, n, 8)),
-        "cross_entropy_bwd": (CrossEntropyBackward, (dt, n, i64, True, False, False, False),
+        "cross_entropy_bwd": (CrossEntropyBackward, (dt, n, i64, False, False, False),
                               lambda: Fn._cross_entropy_bwd(ce_ctx, torch.ones(()), None, None),
-                              lambda: CrossEntropyBackward.compile(dt, n, 8, (True,), (i64, f32, f32), None,
+                              lambda: CrossEntropyBackward.compile(dt, n, 8, (), (i64, f32, f32), None,
                                                                    (False, False, False))),
         "rmsnorm_bwd": (RMSNormBackward, (dt, n, True, -1),
                         lambda: Fn._rmsnorm_bwd(SimpleNamespace(saved_tensors=(x, w, stat), **vars(grads(2))), dy, None),

@@ -1130,9 +1130,9 @@ class Staged(InRegisters):
 
     def access(self, k, pad=None):
         """Access k of every staged row input, as fp32 (in a window, the values outside the
-        row replaced by ``pad`` where one is given). An access past N holds ``pad`` or else
-        the fold's: never stored, but defined, so that the compiler need not keep its own copy
-        of the row from the fold to the epilogue (TUNING.md#staged-reads-past-n)."""
+        row replaced by ``pad`` where one is given). Outside a window an access past N holds
+        ``pad`` or else the fold's: never stored, but defined, so that the compiler need not
+        keep its own copy of the row from the fold to the epilogue (TUNING.md#staged-reads-past-n)."""
         out = {}
         for name, sX in self.staged.items():
             frag = load_access(sX, self.tXpX, k, self.b.load, self.pad() if pad is None and not self.b.head else pad)

@@ -175,9 +175,9 @@ def test_a_ragged_tile_costs_the_weight_no_registers(dtype, n, full):
                                              ("layernorm", "bf16", 256000, 262144), ("layernorm", "fp32", 151936, 262144),
                                              ("softmax", "fp32", 256000, 262144)])
 def test_a_staged_rows_reads_past_n_cost_no_registers(op, dtype, n, full):
-    """A staged row whose last column tile N does not fill: the fold and the epilogue read the
-    accesses past N back from shared memory as the pad, not as whatever the registers held, so
-    the compiler keeps no fp32 copy of the row between them (LayerNorm bf16 128256 took 106
+    """A staged row whose last column tile N does not fill: a later reduction and the epilogue
+    read the accesses past N back from shared memory as the pad, not as whatever the registers
+    held, so the compiler keeps no fp32 copy of the row from the fold to the epilogue (LayerNorm bf16 128256 took 106
     registers, 151936 128: one block of 512 threads an SM; benchmarks/TUNING.md#staged-reads-past-n)."""
     rep, ref = inspect_op(op, dtype, n), inspect_op(op, dtype, full)
     assert rep.config.stage == ref.config.stage == "smem" and rep.config.cols_covered > n and not rep.config.head
